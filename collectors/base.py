@@ -1,0 +1,149 @@
+"""The probe framework: collectors declare what they read; this module runs them with deadlines.
+
+Every probe reports ``ok``, ``unavailable``, ``timeout`` or ``error`` and never aborts a diagnosis: a broken
+collector becomes a ``probe.status`` fact. Probes run in parallel on daemon threads; a probe that blocks (a
+hung ``nvidia-smi``, a stat on a dead NFS mount) is abandoned at its deadline and reported as ``timeout``.
+Anything that can block in the kernel should run in a subprocess (see ``run_command``) so it can be killed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..engine.facts import Fact, FactRegistry
+
+STATUSES = ("ok", "unavailable", "timeout", "error")
+
+
+class ProbeUnavailable(Exception):
+    """The source is absent here (no GPU driver, no permission): not an error."""
+
+
+@dataclass
+class ProbeOutput:
+    name: str
+    status: str = "ok"
+    detail: str = ""
+    facts: list[Fact] = field(default_factory=list)
+    seconds: float = 0.0
+    payload: dict[str, Any] = field(default_factory=dict)  # Python-side extras (scrollback...)
+
+
+@dataclass
+class Context:
+    """What a diagnosis was asked to look at. Probes read it; nothing writes to the run directories."""
+
+    registry: FactRegistry
+    run_dirs: list[Path] = field(default_factory=list)
+    logs: list[Path] = field(default_factory=list)
+    kernel_logs: list[Path] = field(default_factory=list)
+    bundles: list[Path] = field(default_factory=list)
+    offline: bool = True
+    kb: Any = None  # KnowledgeBase
+    options: dict[str, Any] = field(default_factory=dict)
+    now: float = field(default_factory=time.time)
+
+
+Probe = Callable[[Context], ProbeOutput]
+
+
+@dataclass(frozen=True)
+class ProbeSpec:
+    name: str
+    func: Probe
+    deadline_s: float = 10.0
+    live_only: bool = False
+
+
+def run_probes(ctx: Context, probes: Sequence[ProbeSpec], total_deadline_s: float = 25.0) -> list[ProbeOutput]:
+    """Run probes concurrently; each gets its own deadline and the whole set a global one."""
+    results: dict[str, ProbeOutput] = {}
+    threads: dict[str, threading.Thread] = {}
+    started = time.monotonic()
+
+    def runner(spec: ProbeSpec) -> None:
+        t0 = time.monotonic()
+        try:
+            out = spec.func(ctx)
+        except ProbeUnavailable as e:
+            out = ProbeOutput(spec.name, "unavailable", str(e))
+        except Exception as e:  # a broken collector is evidence of nothing but itself
+            out = ProbeOutput(spec.name, "error", f"{type(e).__name__}: {e}")
+        out.name = spec.name
+        out.seconds = time.monotonic() - t0
+        results[spec.name] = out
+
+    active = [p for p in probes if not (p.live_only and ctx.offline)]
+    for spec in active:
+        t = threading.Thread(target=runner, args=(spec,), name=f"probe-{spec.name}", daemon=True)
+        threads[spec.name] = t
+        t.start()
+    for spec in active:
+        remaining_total = total_deadline_s - (time.monotonic() - started)
+        threads[spec.name].join(max(0.0, min(spec.deadline_s - (time.monotonic() - started), remaining_total)))
+    outputs: list[ProbeOutput] = []
+    for spec in active:
+        out = results.get(spec.name)
+        if out is None:
+            out = ProbeOutput(spec.name, "timeout", f"no answer within {spec.deadline_s:g} s", seconds=spec.deadline_s)
+        outputs.append(out)
+    for out in outputs:
+        out.facts.append(
+            ctx.registry.make(
+                "probe.status", {"probe": out.name, "status": out.status, "detail": out.detail[:300]}, probe=out.name
+            )
+        )
+    return outputs
+
+
+@dataclass
+class CommandResult:
+    status: str  # ok, unavailable (not found / permission), timeout, error (non-zero exit)
+    stdout: str = ""
+    stderr: str = ""
+    returncode: int | None = None
+
+
+def run_command(argv: Sequence[str], timeout_s: float, env: Mapping[str, str] | None = None) -> CommandResult:
+    """Run a read-only command with a hard deadline that kills its whole process group."""
+    try:
+        proc = subprocess.Popen(
+            list(argv),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env=dict(env) if env is not None else None,
+        )
+    except FileNotFoundError:
+        return CommandResult("unavailable", stderr=f"{argv[0]}: not found")
+    except PermissionError as e:
+        return CommandResult("unavailable", stderr=f"{argv[0]}: {e.strerror}")
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # our own child, never a training process
+        except OSError:
+            pass
+        try:
+            proc.communicate(timeout=1.0)
+        except Exception:
+            pass
+        return CommandResult("timeout", stderr=f"{argv[0]}: no answer within {timeout_s:g} s")
+    text_out = out.decode("utf-8", "replace")
+    text_err = err.decode("utf-8", "replace")
+    if proc.returncode != 0:
+        low = text_err.lower()
+        if "permission" in low or "not permitted" in low:
+            return CommandResult("unavailable", text_out, text_err.strip(), proc.returncode)
+        return CommandResult("error", text_out, text_err.strip(), proc.returncode)
+    return CommandResult("ok", text_out, text_err, 0)

@@ -1,0 +1,104 @@
+"""Checkpoint integrity, read-only: sizes, mtimes, zero-byte files, a torch zip's central directory, a
+safetensors header, and a size drop against earlier checkpoints.
+
+>>> import io, zipfile
+>>> buf = io.BytesIO()
+>>> with zipfile.ZipFile(buf, "w") as z: z.writestr("archive/data.pkl", b"x" * 100)
+>>> data = buf.getvalue()
+>>> inspect_bytes(data[:8], len(data), data[-66000:], "m.pt")
+('torch_zip', '')
+>>> inspect_bytes(data[:8], len(data) - 30, data[:-30][-66000:], "m.pt")
+('torch_zip', 'truncated')
+>>> inspect_bytes(b"", 0, b"", "m.pt")
+('unknown', 'zero_bytes')
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import struct
+from pathlib import Path
+
+from .base import Context, ProbeOutput, ProbeUnavailable
+from .rundir import find_run_files
+
+_TAIL = 66000  # a zip's end-of-central-directory record sits in the last 65,557 bytes
+_MAX_ST_HEADER = 100 * 1024 * 1024
+
+
+def inspect_bytes(head: bytes, size: int, tail: bytes, name: str) -> tuple[str, str]:
+    """(format, problem) from the first bytes, the size and the last bytes of a file."""
+    if size == 0:
+        return "unknown", "zero_bytes"
+    if head.startswith(b"PK\x03\x04"):
+        return "torch_zip", "" if b"PK\x05\x06" in tail else "truncated"
+    if name.endswith(".safetensors") and len(head) >= 8:
+        (n,) = struct.unpack("<Q", head[:8])
+        if n > _MAX_ST_HEADER or 8 + n > size:
+            return "safetensors", "bad_header"
+        return "safetensors", ""
+    if head[:1] == b"\x80":
+        return "torch_legacy", ""
+    return "unknown", ""
+
+
+def _safetensors_ok(path: Path, size: int) -> bool:
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        try:
+            header = json.loads(f.read(n))
+        except ValueError:
+            return False
+    end = 0
+    for k, v in header.items():
+        if k != "__metadata__" and isinstance(v, dict):
+            end = max(end, int(v.get("data_offsets", [0, 0])[1]))
+    return 8 + n + end <= size
+
+
+def probe_checkpoints(ctx: Context) -> ProbeOutput:
+    out = ProbeOutput("checkpoints")
+    found = 0
+    for root in ctx.run_dirs:
+        files = ctx.options.setdefault("_runfiles", {}).get(str(root)) or find_run_files(root)
+        ctx.options["_runfiles"][str(root)] = files
+        entries = []
+        for p in files.files("checkpoint"):
+            try:
+                st = os.stat(p)
+            except OSError as e:
+                out.detail += f"{files.rel(p)}: {e.strerror}; "
+                continue
+            with open(p, "rb") as f:
+                head = f.read(16)
+                if st.st_size > len(head):
+                    f.seek(max(0, st.st_size - _TAIL))
+                tail = f.read(_TAIL)
+            fmt, problem = inspect_bytes(head, st.st_size, tail, p.name)
+            if fmt == "safetensors" and not problem and not _safetensors_ok(p, st.st_size):
+                problem = "truncated"
+            entries.append((st.st_mtime, files.rel(p), st.st_size, fmt, problem, p.suffix))
+        entries.sort()
+        newest = max((e[0] for e in entries), default=None)
+        for i, (mtime, rel, size, fmt, problem, suffix) in enumerate(entries):
+            earlier = [e[2] for e in entries[:i] if e[5] == suffix and e[2] > 0]
+            ratio = size / statistics.median(earlier) if earlier else -1.0
+            if not problem and 0 <= ratio < 0.5:
+                problem = "size_drop"
+            attrs = {
+                "size": size,
+                "format": fmt,
+                "valid": problem in ("", "size_drop"),
+                "problem": problem,
+                "newest": mtime == newest,
+                "size_ratio": round(ratio, 3),
+            }
+            ts = mtime if not ctx.offline else None
+            out.facts.append(ctx.registry.make("checkpoint.file", attrs, file=rel, ts=ts))
+            found += 1
+    if not found:
+        raise ProbeUnavailable("no checkpoint files")
+    out.detail = f"{found} checkpoint file(s)" + (f"; {out.detail}" if out.detail else "")
+    return out

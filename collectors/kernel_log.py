@@ -1,0 +1,158 @@
+"""Parse kernel log lines (dmesg, ``dmesg -T``, ``journalctl -k -o short-iso``, /var/log/kern.log) into facts.
+
+One parser serves every provider: a live ``dmesg``, a run directory's ``dmesg.txt``, or a bundle.
+
+>>> [(k, a["pid"], a["process"], a["anon_rss_kb"]) for k, a, _ in parse_line(
+...   "[ 8123.456789] Out of memory: Killed process 31337 (python) total-vm:98765432kB, "
+...   "anon-rss:87654321kB, file-rss:0kB, shmem-rss:0kB, UID:1000 pgtables:171234kB oom_score_adj:0")]
+[('kernel.oom_kill', 31337, 'python', 87654321)]
+>>> [(k, a["code"], a["pci"], a["pid"]) for k, a, _ in parse_line(
+...   "[Tue Mar  5 10:12:01 2024] NVRM: Xid (PCI:0000:3b:00): 79, pid=2741, name=python, GPU has fallen off the bus.")]
+[('kernel.xid', 79, '0000:3b:00', 2741)]
+>>> [(k, a["server"], a["state"]) for k, a, _ in parse_line(
+...   "2024-03-05T10:12:01+0000 node17 kernel: nfs: server fs01 not responding, still trying")]
+[('kernel.nfs', 'fs01', 'not_responding')]
+>>> line_time("2024-03-05T10:12:01+0000 node17 kernel: nfs: server fs01 OK")
+1709633521.0
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from datetime import datetime, timezone
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+import yaml
+
+_PREFIX_ISO = re.compile(r"^(\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?)\s")
+_PREFIX_CTIME = re.compile(r"^\[(\w{3} \w{3} [ \d]\d \d{2}:\d{2}:\d{2} \d{4})\]")
+
+_OOM_KILLED = re.compile(
+    r"(?:Out of memory|Memory cgroup out of memory)(?: \(oom_kill_allocating_task\))?: Kill(?:ed)? process (\d+) \(([^)]*)\)"
+    r"(?:.*?anon-rss:(\d+)kB)?"
+)
+_OOM_KILL_SUMMARY = re.compile(r"oom-kill:constraint=(\w+)(?:,.*?)?(?:,oom_memcg=([^,\s]*))?(?:,.*?)?,task=([^,\s]+),pid=(\d+)")
+_OOM_REAPER = re.compile(r"oom_reaper: reaped process (\d+) \(([^)]*)\)")
+_XID = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9a-fA-F:.]+)\): (\d+)(?:, pid=(\d+|'<unknown>'))?")
+_NFS = re.compile(r"\bnfs: server (\S+) (not responding|OK)")
+_STALE = re.compile(r"(?:NFS|nfs).*(?:[Ss]tale (?:file|NFS file) handle|ESTALE)")
+_LUSTRE = re.compile(r"LustreError: .*?(?:connection to (\S+) .*?lost|timed out)")
+_HUNG = re.compile(r"INFO: task (.+?):(\d+) blocked for more than (\d+) seconds")
+_SEGV = re.compile(r"(\S+?)\[(\d+)\]: segfault at \S+ ip \S+ sp \S+ error \d+(?: in ([^\[\s]+))?")
+_MCE = re.compile(r"(mce: \[Hardware Error\].*|EDAC \S+: .*(?:CE|UE) .*|Machine check.*)")
+
+
+@lru_cache(maxsize=1)
+def xid_catalog() -> dict[int, dict[str, Any]]:
+    """NVIDIA Xid codes, kept as data (``xid_catalog.yaml``), so rules match on the class, not the code."""
+    text = resources.files("mldebug_rules.collectors").joinpath("xid_catalog.yaml").read_text("utf-8")
+    data = yaml.safe_load(text) or {}
+    return {int(e["code"]): e for e in data.get("xids", [])}
+
+
+def line_time(line: str) -> float | None:
+    """POSIX time from an ISO (journalctl short-iso) or ``dmesg -T`` prefix; None for uptime stamps."""
+    m = _PREFIX_ISO.match(line)
+    if m:
+        raw = m.group(1).replace(",", ".").replace(" ", "T", 1)
+        raw = re.sub(r"([+-]\d{2})(\d{2})$", r"\1:\2", raw)
+        try:
+            dt = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+        if dt.tzinfo is None:
+            dt = dt.replace(tzinfo=timezone.utc)
+        return dt.timestamp()
+    m = _PREFIX_CTIME.match(line)
+    if m:
+        try:
+            return datetime.strptime(m.group(1), "%a %b %d %H:%M:%S %Y").replace(tzinfo=timezone.utc).timestamp()
+        except ValueError:
+            return None
+    return None
+
+
+def parse_line(line: str) -> Iterator[tuple[str, dict[str, Any], float | None]]:
+    """Facts (kind, attrs, time) in one kernel log line."""
+    if "oom" in line.lower() or "Out of memory" in line:
+        m = _OOM_KILLED.search(line)
+        if m:
+            attrs: dict[str, Any] = {"pid": int(m.group(1)), "process": m.group(2)}
+            if m.group(3):
+                attrs["anon_rss_kb"] = int(m.group(3))
+            attrs["constraint"] = "CONSTRAINT_MEMCG" if "Memory cgroup" in line else ""
+            yield "kernel.oom_kill", attrs, line_time(line)
+            return
+        m = _OOM_KILL_SUMMARY.search(line)
+        if m:
+            yield (
+                "kernel.oom_kill",
+                {"pid": int(m.group(4)), "process": m.group(3), "constraint": m.group(1), "cgroup": m.group(2) or ""},
+                line_time(line),
+            )
+            return
+    if "Xid" in line:
+        m = _XID.search(line)
+        if m:
+            code = int(m.group(2))
+            entry = xid_catalog().get(code, {})
+            pid = m.group(3)
+            yield (
+                "kernel.xid",
+                {
+                    "code": code,
+                    "pci": m.group(1),
+                    "pid": int(pid) if pid and pid.isdigit() else -1,
+                    "xid_class": entry.get("class", "unknown"),
+                    "hardware": bool(entry.get("hardware", False)),
+                    "sympathetic": bool(entry.get("sympathetic", False)),
+                },
+                line_time(line),
+            )
+            return
+    if "nfs" in line or "NFS" in line or "Lustre" in line:
+        m = _NFS.search(line)
+        if m:
+            state = "ok" if m.group(2) == "OK" else "not_responding"
+            yield "kernel.nfs", {"server": m.group(1), "state": state}, line_time(line)
+            return
+        if _STALE.search(line):
+            yield "kernel.nfs", {"state": "stale"}, line_time(line)
+            return
+        m = _LUSTRE.search(line)
+        if m:
+            yield "kernel.nfs", {"server": m.group(1) or "", "state": "not_responding"}, line_time(line)
+            return
+    if "blocked for more than" in line:
+        m = _HUNG.search(line)
+        if m:
+            yield (
+                "kernel.hung_task",
+                {"process": m.group(1), "pid": int(m.group(2)), "seconds": int(m.group(3))},
+                line_time(line),
+            )
+            return
+    if "segfault at" in line:
+        m = _SEGV.search(line)
+        if m:
+            yield (
+                "kernel.segfault",
+                {"process": m.group(1), "pid": int(m.group(2)), "library": m.group(3) or ""},
+                line_time(line),
+            )
+            return
+    if "mce" in line or "EDAC" in line or "Machine check" in line:
+        m = _MCE.search(line)
+        if m:
+            detail = m.group(1)
+            yield "kernel.mce", {"detail": detail[:200], "corrected": " CE " in f" {detail} "}, line_time(line)
+
+
+def parse_lines(lines: Iterable[tuple[int, str]]) -> Iterator[tuple[int, str, dict[str, Any], float | None, str]]:
+    """(line number, kind, attrs, time, text) for every fact in numbered lines."""
+    for no, text in lines:
+        for kind, attrs, ts in parse_line(text):
+            yield no, kind, attrs, ts, text

@@ -1,0 +1,221 @@
+"""Log probes: training/scheduler logs through the packs' signatures, kernel logs through the kernel parser.
+
+One streaming pass per file (``logscan``) yields signature hits with exact line numbers, the last progress line
+and the scrollback. Hits become ``log.signature`` facts; a signature that fires a million times contributes its
+first and last few hits (and its count), which is all a rule needs.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..engine.facts import Fact, FactError
+from ..engine.packs import KnowledgeBase
+from . import kernel_log, lineinfo
+from .base import Context, ProbeOutput, ProbeUnavailable
+from .logscan import Hit, Pattern, Scanner, ScanResult, scan_paths
+from .rundir import RunFiles, find_run_files
+
+HITS_KEPT = 20  # per signature per file, at each end
+TAIL_LINES = 200
+SCROLLBACK_SHOWN = 40
+_KERNEL_PREFILTER = (
+    r"Out of memory|oom-kill|oom_reaper|Xid|nfs: server|[Ss]tale|LustreError|blocked for more than"
+    r"|segfault at|mce:|EDAC|Machine check"
+)
+_TRACEBACK = "Traceback (most recent call last)"
+_FIELD_CAST = {"int": int, "float": float, "str": str}
+
+
+@dataclass
+class LogSource:
+    path: Path
+    display: str  # path shown in citations: relative to its run directory, or as given
+    stream: str  # train, scheduler, kernel
+
+
+def gather_sources(ctx: Context) -> list[LogSource]:
+    out: list[LogSource] = []
+    for root in ctx.run_dirs:
+        files: RunFiles = ctx.options.setdefault("_runfiles", {}).get(str(root)) or find_run_files(root)
+        ctx.options["_runfiles"][str(root)] = files
+        prefix = "" if len(ctx.run_dirs) == 1 else root.name.rstrip("/") + "/"
+        for role, stream in (("train", "train"), ("scheduler", "scheduler"), ("kernel", "kernel")):
+            for p in files.files(role):
+                out.append(LogSource(p, prefix + files.rel(p), stream))
+    out += [LogSource(p, str(p), "train") for p in ctx.logs]
+    out += [LogSource(p, str(p), "kernel") for p in ctx.kernel_logs]
+    return out
+
+
+class _Plan:
+    """The scanner patterns for one stream, and what each pattern index means."""
+
+    def __init__(self, kb: KnowledgeBase, stream: str):
+        self.meta: list[tuple[str, Any]] = []
+        patterns: list[Pattern] = []
+        for sig in kb.signatures:
+            applies = stream in sig.streams or (stream != "kernel" and bool({"train", "scheduler"} & set(sig.streams)))
+            if applies:
+                patterns.append(Pattern(sig.id, sig.regex, sig.ignore_case, "all", 1000))
+                self.meta.append(("sig", sig))
+        if stream == "kernel":
+            patterns.append(Pattern("__kernel__", _KERNEL_PREFILTER, False, "all", 20000))
+            self.meta.append(("kernel", None))
+        else:
+            for prog in kb.progress:
+                patterns.append(Pattern(prog.id, prog.regex, prog.ignore_case, "last", 1))
+                self.meta.append(("progress", prog))
+        self.scanner = Scanner(patterns, tail_lines=TAIL_LINES)
+
+
+def _file_facts(ctx: Context, src: LogSource, res: ScanResult, plan: _Plan) -> list[Fact]:
+    reg = ctx.registry
+    facts: list[Fact] = []
+    file_rank = lineinfo.rank_of_path(src.display)
+    readable = res.total_lines > 0 or res.bytes_read > 0 or not res.issues
+    mtime_age = -1.0
+    if not ctx.offline:
+        try:
+            mtime_age = max(0.0, ctx.now - os.stat(src.path).st_mtime)
+        except OSError:
+            pass
+    last_blank = bool(res.tail) and not res.tail[-1][1].strip()
+    facts.append(
+        reg.make(
+            "log.file",
+            {
+                "stream": src.stream,
+                "lines": res.total_lines,
+                "bytes": res.bytes_read,
+                "binary": res.binary,
+                "truncated": res.truncated,
+                "readable": readable,
+                "last_line_blank": last_blank,
+                "mtime_age_s": round(mtime_age, 1),
+            },
+            file=src.display,
+            rank=file_rank,
+            text="; ".join(res.issues),
+        )
+    )
+    by_pattern: dict[int, list[Hit]] = {}
+    for h in res.hits:
+        by_pattern.setdefault(h.pattern, []).append(h)
+    for idx, hits in sorted(by_pattern.items()):
+        what, obj = plan.meta[idx]
+        if what == "kernel":
+            facts += _kernel_facts(ctx, src, hits)
+            continue
+        kept = hits if len(hits) <= 2 * HITS_KEPT else hits[:HITS_KEPT] + hits[-HITS_KEPT:]
+        for h in kept:
+            rank = lineinfo.rank_of_line(h.text)
+            rank = file_rank if rank is None else rank
+            ts = lineinfo.time_of_line(h.text) if src.stream != "kernel" else kernel_log.line_time(h.text)
+            from_end = max(0, res.total_lines - h.line_no)
+            if what == "sig":
+                attrs: dict[str, Any] = {
+                    "signature": obj.id,
+                    "pack": obj.pack,
+                    "role": obj.role,
+                    "stream": src.stream,
+                    "from_end": from_end,
+                    "count": res.counts.get(idx, len(hits)),
+                }
+                for name, ftype in obj.fields.items():
+                    raw = h.groups.get(name)
+                    if raw is None:
+                        continue
+                    try:
+                        attrs[name] = _FIELD_CAST[ftype](raw.replace(",", "") if ftype != "str" else raw)
+                    except ValueError:
+                        continue
+                kind = "log.signature"
+            else:
+                attrs = {"count": res.counts.get(idx, 1), "from_end": from_end}
+                step = h.groups.get("step")
+                epoch = h.groups.get("epoch")
+                if step is not None and step.isdigit():
+                    attrs["step"] = int(step)
+                if epoch is not None:
+                    try:
+                        attrs["epoch"] = float(epoch)
+                    except ValueError:
+                        pass
+                if ts is not None and not ctx.offline:
+                    attrs["age_s"] = round(max(0.0, ctx.now - ts), 1)
+                kind = "log.progress"
+            try:
+                facts.append(
+                    reg.make(
+                        kind,
+                        attrs,
+                        file=src.display,
+                        line=h.line_no,
+                        text=h.text[:2000],
+                        ts=ts,
+                        rank=rank,
+                        host=lineinfo.host_of_line(h.text),
+                    )
+                )
+            except FactError:
+                continue
+    if res.tail and src.stream != "kernel":
+        tail_text = [t for _, t in res.tail]
+        facts.append(
+            reg.make(
+                "log.tail",
+                {"stream": src.stream, "total_lines": res.total_lines, "traceback": any(_TRACEBACK in t for t in tail_text)},
+                file=src.display,
+                line=res.tail[-1][0],
+                text=res.tail[-1][1][:2000],
+                rank=file_rank,
+                extra={"scrollback": [[n, t[:500]] for n, t in res.tail[-SCROLLBACK_SHOWN:]]},
+            )
+        )
+    return facts
+
+
+def _kernel_facts(ctx: Context, src: LogSource, hits: Sequence[Hit]) -> list[Fact]:
+    facts: list[Fact] = []
+    for no, kind, attrs, ts, text in kernel_log.parse_lines((h.line_no, h.text) for h in hits):
+        try:
+            facts.append(ctx.registry.make(kind, attrs, file=src.display, line=no, text=text[:2000], ts=ts))
+        except FactError:
+            continue
+    return facts
+
+
+def probe_logs(ctx: Context) -> ProbeOutput:
+    """Training, scheduler and kernel logs found in run directories or named with --log/--kernel-log."""
+    sources = gather_sources(ctx)
+    if not sources:
+        raise ProbeUnavailable("no log files found")
+    plans: dict[str, _Plan] = {}
+    out = ProbeOutput("logs")
+    engines: set[str] = set()
+    issues: list[str] = []
+    t0 = time.monotonic()
+    for stream in ("train", "scheduler", "kernel"):
+        group = [s for s in sources if s.stream == stream]
+        if not group:
+            continue
+        plan = plans.setdefault(stream, _Plan(ctx.kb, stream))
+        results = scan_paths(plan.scanner, [str(s.path) for s in group])
+        for src, res in zip(group, results):
+            engines.add(res.engine)
+            issues += [f"{src.display}: {i}" for i in res.issues]
+            out.facts += _file_facts(ctx, src, res, plan)
+    out.payload["scanner"] = sorted(engines)
+    out.payload["files"] = len(sources)
+    out.payload["scan_seconds"] = time.monotonic() - t0
+    out.detail = f"{len(sources)} file(s)" + (f"; {'; '.join(issues[:5])}" if issues else "")
+    if issues and all(f.kind == "log.file" and not f.attrs["readable"] for f in out.facts if f.kind == "log.file"):
+        out.status = "error"
+    return out
+

@@ -1,0 +1,103 @@
+"""Find a run directory's files by the conventions in CONTRACT.md.
+
+>>> classify("dmesg.txt"), classify("slurm-123.out"), classify("train.log"), classify("metrics.jsonl")
+('kernel', 'scheduler', 'train', 'metrics')
+>>> classify("nvidia-smi-q.txt"), classify("model.safetensors"), classify("run.mldebug.json"), classify("a.png")
+('gpu', 'checkpoint', 'bundle', None)
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+MAX_DEPTH = 6
+MAX_FILES = 20000
+SKIP_DIRS = {".git", ".mldebug", "__pycache__", ".hg", ".svn", "node_modules", ".venv", "venv"}
+_COMPRESSED = (".gz", ".zst")
+_CHECKPOINT_SUFFIXES = (".pt", ".pth", ".ckpt", ".bin", ".safetensors")
+_LOG_SUFFIXES = (".log", ".out", ".err", ".txt")
+
+
+def _strip_compression(name: str) -> str:
+    for suffix in _COMPRESSED:
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def classify(name: str) -> str | None:
+    """The role of a file by its name alone (the order of tests follows CONTRACT.md)."""
+    base = _strip_compression(name)
+    low = base.lower()
+    if low.startswith(("dmesg", "kern.log", "journal", "syslog")):
+        return "kernel"
+    if low.startswith("nvidia-smi"):
+        return "gpu"
+    if fnmatch.fnmatch(low, "slurm-*.out") or fnmatch.fnmatch(low, "slurm-*.err"):
+        return "scheduler"
+    if name.endswith(".mldebug.json"):
+        return "bundle"
+    if (
+        low.endswith(".jsonl")
+        or low == "metrics.csv"
+        or low == "trainer_state.json"
+        or low.startswith("events.out.tfevents.")
+        or low == "wandb-summary.json"
+    ):
+        return "metrics"
+    if low.endswith(_CHECKPOINT_SUFFIXES):
+        return "checkpoint"
+    if low.endswith(_LOG_SUFFIXES) or low in ("stdout", "stderr"):
+        return "train"
+    return None
+
+
+@dataclass
+class RunFiles:
+    root: Path
+    by_role: dict[str, list[Path]] = field(default_factory=dict)
+    checkpoint_dirs: list[Path] = field(default_factory=list)
+    issues: list[str] = field(default_factory=list)
+
+    def files(self, role: str) -> list[Path]:
+        return self.by_role.get(role, [])
+
+    def rel(self, path: Path) -> str:
+        try:
+            return path.relative_to(self.root).as_posix()
+        except ValueError:
+            return str(path)
+
+
+def find_run_files(root: Path, max_depth: int = MAX_DEPTH) -> RunFiles:
+    """Walk ``root`` read-only, in sorted order so the result is deterministic."""
+    out = RunFiles(root=root)
+    count = 0
+
+    def onerror(e: OSError) -> None:
+        out.issues.append(f"cannot list {e.filename}: {e.strerror}")
+
+    for dirpath, dirnames, filenames in os.walk(root, onerror=onerror, followlinks=False):
+        here = Path(dirpath)
+        depth = len(here.relative_to(root).parts)
+        dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS)
+        if depth >= max_depth:
+            if dirnames:
+                out.issues.append(f"{out.rel(here)}: deeper than {max_depth} levels, not read")
+            dirnames[:] = []
+        for d in dirnames:
+            if d.startswith("checkpoint-") or d.startswith("global_step"):
+                out.checkpoint_dirs.append(here / d)
+        for name in sorted(filenames):
+            role = classify(name)
+            if role is None:
+                continue
+            count += 1
+            if count > MAX_FILES:
+                out.issues.append(f"more than {MAX_FILES} files; the rest are not read")
+                return out
+            out.by_role.setdefault(role, []).append(here / name)
+    return out

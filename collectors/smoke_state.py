@@ -1,0 +1,86 @@
+"""Smoke results kept in ``RUN_DIR/.mldebug/smokes.jsonl``: append-only, one JSON record per line.
+
+Appends take an exclusive lock and write one line with one ``write`` on an O_APPEND descriptor, so two
+concurrent smokes never interleave or corrupt records; a torn last line (a crash mid-write) is skipped on
+read. This is the only place that writes inside a run directory, and only under ``.mldebug/``.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from .base import Context, ProbeOutput, ProbeUnavailable
+
+STATE_DIR = ".mldebug"
+STATE_FILE = "smokes.jsonl"
+OUTCOMES = ("confirmed", "refuted", "inconclusive")
+
+
+def state_path(run_dir: Path) -> Path:
+    return run_dir / STATE_DIR / STATE_FILE
+
+
+def read_records(run_dir: Path) -> list[dict[str, Any]]:
+    path = state_path(run_dir)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return []
+    records = []
+    for line in raw.splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue  # a torn write: the record never completed
+        if isinstance(rec, dict) and rec.get("hypothesis") and rec.get("outcome") in OUTCOMES:
+            records.append(rec)
+    return records
+
+
+def append_record(run_dir: Path, record: Mapping[str, Any]) -> dict[str, Any]:
+    d = run_dir / STATE_DIR
+    d.mkdir(exist_ok=True)
+    path = d / STATE_FILE
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        seq = len(read_records(run_dir)) + 1
+        rec = dict(record)
+        rec["seq"] = seq
+        os.write(fd, (json.dumps(rec, sort_keys=True) + "\n").encode())
+        os.fsync(fd)
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+    return rec
+
+
+def probe_smoke_state(ctx: Context) -> ProbeOutput:
+    out = ProbeOutput("smoke_state")
+    for root in ctx.run_dirs:
+        for rec in read_records(root):
+            out.facts.append(
+                ctx.registry.make(
+                    "smoke.result",
+                    {
+                        "hypothesis": str(rec["hypothesis"]),
+                        "outcome": rec["outcome"],
+                        "smoke": str(rec.get("smoke", "")),
+                        "seq": int(rec.get("seq", 0)),
+                    },
+                    origin="smoke",
+                    file=f"{STATE_DIR}/{STATE_FILE}",
+                    line=int(rec.get("seq", 0)),
+                    text=str(rec.get("note", "") or rec.get("summary", ""))[:500],
+                    extra={k: rec[k] for k in ("command", "control", "classification", "note") if k in rec},
+                )
+            )
+    if not out.facts:
+        raise ProbeUnavailable("no smoke results recorded")
+    out.detail = f"{len(out.facts)} smoke result(s)"
+    return out

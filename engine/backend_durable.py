@@ -1,0 +1,141 @@
+"""The durable-rules backend. Every call into durable-rules lives in this module.
+
+Design answers to what was measured about durable-rules 2.0.28 (see docs/engine.md):
+- one ``Host`` per process (each starts two threads that never stop), rulesets registered once by content name;
+- each diagnosis runs on its own session id, deleted afterwards, so nothing leaks between runs;
+- ``set_rulesets`` mutates its argument, so it gets a deep copy;
+- exceptions inside actions never reach the caller: the action records them and we raise after the run;
+- every call happens on one thread (upstream issue #291), serialised by a lock.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+Fact = dict[str, Any]
+Bindings = dict[str, Fact]
+Action = Callable[[str, Bindings], list[Fact]]
+
+
+class EngineError(RuntimeError):
+    pass
+
+
+def available() -> tuple[bool, str]:
+    try:
+        import durable.engine  # noqa: F401
+    except Exception as e:  # ImportError, or the undefined-symbol OSError on Python 3.13
+        return False, f"{type(e).__name__}: {e}"
+    return True, ""
+
+
+def version() -> str:
+    try:
+        from importlib.metadata import version as v
+
+        return v("durable_rules")
+    except Exception:
+        return "unknown"
+
+
+_LOCK = threading.Lock()
+_HOST: Any = None
+_REGISTERED: set[str] = set()
+_CURRENT: dict[str, Any] = {}
+_SID = itertools.count(1)
+
+
+def _host() -> Any:
+    global _HOST
+    if _HOST is None:
+        import durable.engine as de
+
+        class _Host(de.Host):  # type: ignore[misc, name-defined]
+            def get_action(self, name: str) -> Callable[[Any], None]:
+                def run(c: Any) -> None:
+                    _run_action(name, c)
+
+                return run
+
+        _HOST = _Host()
+    return _HOST
+
+
+def _run_action(name: str, c: Any) -> None:
+    state = _CURRENT
+    if state.get("error"):
+        return
+    try:
+        bindings = {}
+        for pname, content in (c._m or {}).items():
+            d = dict(content)
+            d.pop("sid", None)
+            bindings[pname] = d
+        for new in state["action"](name, bindings):
+            if new["key"] in state["seen"]:
+                continue
+            state["seen"].add(new["key"])
+            fact = dict(new)
+            fact["sid"] = state["sid"]
+            c.assert_fact(fact)
+    except Exception as e:  # surfaced after the run, naming the rule
+        state["error"] = f"rule {name}: {type(e).__name__}: {e}"
+
+
+class DurableBackend:
+    name = "durable-rules"
+
+    def __init__(self, ruleset_name: str, ruleset: Mapping[str, Any], action: Action):
+        self._name = ruleset_name
+        self._action = action
+        with _LOCK:
+            host = _host()
+            if ruleset_name not in _REGISTERED:
+                if ruleset:
+                    host.set_rulesets({ruleset_name: copy.deepcopy(dict(ruleset))})
+                _REGISTERED.add(ruleset_name)
+        self._empty = not ruleset
+
+    def run(self, facts: list[Fact]) -> None:
+        if self._empty:
+            return
+        import durable.engine as de
+
+        with _LOCK:
+            host = _host()
+            sid = f"diag{next(_SID)}"
+            _CURRENT.clear()
+            _CURRENT.update(action=self._action, sid=sid, seen=set(), error=None)
+            try:
+                for fact in facts:
+                    if fact["key"] in _CURRENT["seen"]:
+                        continue
+                    _CURRENT["seen"].add(fact["key"])
+                    f = dict(fact)
+                    f["sid"] = sid
+                    try:
+                        host.assert_fact(self._name, f)
+                    except de.MessageNotHandledException:
+                        pass  # no rule looks at this fact; it stays on the Python side
+                    except de.MessageObservedException:
+                        pass
+                    if _CURRENT["error"]:
+                        break
+                error = _CURRENT["error"]
+                state = host.get_state(self._name, sid)
+                if not error and isinstance(state, dict) and state.get("$error"):
+                    error = str(state["$error"])
+            except Exception as e:
+                error = f"{type(e).__name__}: {e}"
+            finally:
+                try:
+                    host.delete_state(self._name, sid)
+                except Exception:
+                    pass
+                _CURRENT.clear()
+            if error:
+                raise EngineError(error)

@@ -1,0 +1,168 @@
+"""Compile YAML rules into durable-rules' declarative ruleset form.
+
+Only this module writes rule dicts, from a whitelist of operators, so both backends see the same artefact:
+
+>>> from mldebug_rules.engine.compile import compile_condition
+>>> compile_condition("log.signature", {"signature": "cuda_oom", "line": {"gt": "$a.line"}}, {}, None)
+{'$and': [{'kind': 'log.signature'}, {'signature': 'cuda_oom'}, {'$gt': {'line': {'a': 'line'}}}]}
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .packs import KnowledgeBase, Rule
+
+_OPS = {"neq": "$neq", "gt": "$gt", "gte": "$gte", "lt": "$lt", "lte": "$lte"}
+# Kinds that actions assert back into the engine.
+DERIVED_KINDS = ("hypothesis", "derived", "metric.trend")
+RETAIN_PREFIX = "__retain__."
+
+
+@dataclass(frozen=True)
+class ActionSpec:
+    """Static arguments of one rule's action, taken from its YAML ``then``."""
+
+    rule: str
+    hypothesis: str | None
+    weight: float
+    role: str | None
+    cite: tuple[str, ...]
+    alternatives: tuple[str, ...]
+    smoke: str | None
+    explains: tuple[str, ...]
+    summary: str
+    derive: tuple[Mapping[str, Any], ...]
+    patterns: tuple[str, ...]
+
+
+@dataclass
+class CompiledRules:
+    name: str
+    ruleset: dict[str, Any]
+    actions: dict[str, ActionSpec] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        """The immutable artefact: sorted JSON, snapshot-tested."""
+        return json.dumps({"name": self.name, "rules": self.ruleset}, sort_keys=True, indent=1)
+
+
+def _value(v: Any, params: Mapping[str, Any], coerce: str | None) -> Any:
+    if isinstance(v, dict) and set(v) == {"param"}:
+        v = params[v["param"]]
+    if isinstance(v, str) and v.startswith("$$"):
+        return v[1:]
+    if isinstance(v, str) and v.startswith("$"):
+        ref, attr = v[1:].split(".", 1)
+        return {ref: attr}
+    if coerce == "float" and isinstance(v, int) and not isinstance(v, bool):
+        return float(v)
+    return v
+
+
+def compile_condition(
+    kind: str,
+    match: Mapping[str, Any],
+    params: Mapping[str, Any],
+    kb: KnowledgeBase | None,
+    extra: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    terms: list[dict[str, Any]] = [{"kind": kind}]
+    for attr in match:  # YAML order: authors put the most selective test first
+        cond = match[attr]
+        atype = kb.registry.attr_type(kind, attr) if kb is not None else None
+        ops = cond if isinstance(cond, dict) and not set(cond) == {"param"} else {"eq": cond}
+        for op in sorted(ops, key=lambda o: ("eq", "in", "neq", "gt", "gte", "lt", "lte").index(o)):
+            raw = ops[op]
+            if op == "eq":
+                terms.append({attr: _value(raw, params, atype)})
+            elif op == "in":
+                alts = [{attr: _value(x, params, atype)} for x in raw]
+                terms.append(alts[0] if len(alts) == 1 else {"$or": alts})
+            else:
+                terms.append({_OPS[op]: {attr: _value(raw, params, atype)}})
+    terms += extra or []
+    return terms[0] if len(terms) == 1 else {"$and": terms}
+
+
+def compile_rule(kb: KnowledgeBase, rule: Rule) -> tuple[dict[str, Any], ActionSpec]:
+    spec = rule.spec
+    when = spec["when"]
+    patterns: list[dict[str, Any]] = []
+    guards: dict[str, list[dict[str, Any]]] = {n: [] for n in when}
+    for pname, pat in when.items():
+        if pat.get("after"):
+            ref = pat["after"]
+            guards[pname] += [{"file": {ref: "file"}}, {"$gt": {"line": {ref: "line"}}}]
+        if pat.get("after_time"):
+            ref = pat["after_time"]
+            # Unknown timestamps are -1: both sides must be known for a time order to mean anything.
+            guards[pname] += [{"$gte": {"ts": 0.0}}, {"$gt": {"ts": {ref: "ts"}}}]
+            guards[ref].append({"$gte": {"ts": 0.0}})
+    for pname, pat in when.items():
+        cond = compile_condition(pat["kind"], pat["match"], kb.params, kb, guards[pname])
+        patterns.append({pname: cond})
+    then = spec["then"]
+    weight = float(then.get("weight", 0.0))
+    if rule.weight_override is not None:
+        weight = rule.weight_override
+    action = ActionSpec(
+        rule=rule.id,
+        hypothesis=then.get("hypothesis"),
+        weight=weight,
+        role=then.get("role"),
+        cite=tuple(then.get("cite") or list(when)),
+        alternatives=tuple(then.get("alternatives") or ()),
+        smoke=then.get("smoke"),
+        explains=tuple(then.get("explains") or ()),
+        summary=then.get("summary") or spec["title"],
+        derive=tuple(
+            {"kind": d["kind"], "attrs": {k: _value(v, kb.params, None) for k, v in d["attrs"].items()}}
+            for d in then.get("derive", [])
+        ),
+        patterns=tuple(when),
+    )
+    return {"all": patterns, "run": rule.id}, action
+
+
+def compile_kb(kb: KnowledgeBase) -> CompiledRules:
+    rules: dict[str, Any] = {}
+    actions: dict[str, ActionSpec] = {}
+    for rule in sorted(kb.rules, key=lambda r: r.id):
+        if rule.disabled:
+            continue
+        body, action = compile_rule(kb, rule)
+        rules[rule.id] = body
+        actions[rule.id] = action
+    for kind in DERIVED_KINDS:
+        # durable-rules raises on a fact that no rule matches, even inside an action: keep derived kinds.
+        rules[f"{RETAIN_PREFIX}{kind}"] = {"all": [{"f": {"kind": kind}}], "run": f"{RETAIN_PREFIX}{kind}"}
+    digest = hashlib.sha1(json.dumps(rules, sort_keys=True).encode()).hexdigest()[:12]
+    # A durable-rules ruleset name can be registered only once per process: name it by content.
+    return CompiledRules(name=f"mldebug_{digest}", ruleset=rules, actions=actions)
+
+
+def distinct_constants(compiled: CompiledRules) -> dict[str, int]:
+    """Distinct equality constants per field across the ruleset (durable-rules hangs at 512)."""
+    seen: dict[str, set[str]] = {}
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                if k in ("$and", "$or"):
+                    for x in v:
+                        walk(x)
+                elif not k.startswith("$") and not isinstance(v, dict):
+                    seen.setdefault(k, set()).add(json.dumps(v))
+                elif k.startswith("$"):
+                    walk(v)
+
+    for body in compiled.ruleset.values():
+        for pat in body["all"]:
+            for cond in pat.values():
+                walk(cond)
+    return {k: len(v) for k, v in sorted(seen.items())}

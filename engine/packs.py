@@ -1,0 +1,607 @@
+"""Rule packs: discovery, loading, cerberus validation and cross-reference checks.
+
+A pack is a directory with a ``pack.yaml`` manifest and rule files (``*.yaml``; ``*.test.yaml`` files are the
+pack's test cases). Every error names ``path:line`` and says what to do, like a reviewer would.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import cerberus
+import yaml
+
+from .facts import FactError, FactRegistry
+from .yamlload import LineDict, YamlError, line_of, load_file
+
+RULES_SCHEMA = "mldebug-rules/rules/v1"
+MAX_PACK_FILES = 200
+MAX_RULES_PER_PACK = 2000
+MAX_SIGNATURES_PER_PACK = 2000
+_REF = re.compile(r"^\$([a-z][a-z0-9_]*)\.([a-z_][a-z0-9_]*)$")
+OPERATORS = ("eq", "neq", "gt", "gte", "lt", "lte", "in")
+_ADVICE = {
+    "required field": "required",
+    "unknown field": "unknown field (check the spelling against docs/rule-format.md)",
+}
+_WHY = {
+    "smoke": "since every hypothesis names the smoke that would discriminate it",
+    "alternatives": "since every hypothesis lists the alternatives not yet ruled out",
+    "falsepositives": "since every rule says when it may be a false positive (even 'none known')",
+    "examples": "since every signature carries example lines that `rules lint` checks",
+    "remediation": "since every hypothesis says what to do now, what to investigate, and when it is wrong",
+}
+
+
+class PackError(ValueError):
+    """A pack that cannot be used: ``path:line: message``."""
+
+    def __init__(self, path: str, line: int, message: str):
+        self.path, self.line, self.message = path, line, message
+        super().__init__(f"{path}:{line}: {message}" if line else f"{path}: {message}")
+
+
+@dataclass(frozen=True)
+class Signature:
+    id: str
+    pack: str
+    title: str
+    role: str
+    streams: tuple[str, ...]
+    regex: str
+    ignore_case: bool
+    fields: Mapping[str, str]
+    hypotheses: tuple[str, ...]
+    examples_match: tuple[str, ...]
+    examples_no_match: tuple[str, ...]
+    where: str  # path:line
+
+
+@dataclass(frozen=True)
+class ProgressPattern:
+    id: str
+    pack: str
+    regex: str
+    ignore_case: bool
+    examples_match: tuple[str, ...]
+    examples_no_match: tuple[str, ...]
+    where: str
+
+
+@dataclass
+class Rule:
+    id: str  # pack.rule_id
+    pack: str
+    spec: dict[str, Any]
+    where: str
+    path: str
+    line: int
+    disabled: bool = False
+    weight_override: float | None = None
+
+
+@dataclass
+class PackInfo:
+    name: str
+    version: str
+    description: str
+    owners: list[str]
+    origin: str  # builtin, --rules, MLDEBUG_RULES_PATH, entry point <dist> <version>
+    path: str
+    files: list[str] = field(default_factory=list)
+    tests: list[str] = field(default_factory=list)
+
+
+@dataclass
+class KnowledgeBase:
+    registry: FactRegistry
+    taxonomy: dict[str, dict[str, Any]]
+    packs: list[PackInfo] = field(default_factory=list)
+    signatures: list[Signature] = field(default_factory=list)
+    progress: list[ProgressPattern] = field(default_factory=list)
+    hypotheses: dict[str, dict[str, Any]] = field(default_factory=dict)
+    smokes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    rules: list[Rule] = field(default_factory=list)
+    params: dict[str, Any] = field(default_factory=dict)
+    param_docs: dict[str, str] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    where: dict[str, str] = field(default_factory=dict)  # "kind:id" -> path:line, for conflict messages
+
+    def hypothesis_info(self, hyp: str) -> dict[str, Any]:
+        info = dict(self.taxonomy.get(hyp, {}))
+        info.update(self.hypotheses.get(hyp, {}))
+        return info
+
+    def is_failure(self, hyp: str) -> bool:
+        return bool(self.hypothesis_info(hyp).get("failure", True))
+
+
+def _load_schemas() -> dict[str, Any]:
+    text = resources.files("mldebug_rules.engine").joinpath("pack_schema.yaml").read_text("utf-8")
+    return yaml.safe_load(text)
+
+
+def load_taxonomy() -> dict[str, dict[str, Any]]:
+    text = resources.files("mldebug_rules.engine").joinpath("taxonomy.yaml").read_text("utf-8")
+    return dict(yaml.safe_load(text)["diagnoses"])
+
+
+def builtin_pack_dirs() -> list[Path]:
+    root = Path(str(resources.files("mldebug_rules.rules")))
+    return sorted(p for p in root.iterdir() if p.is_dir() and (p / "pack.yaml").is_file())
+
+
+def entry_point_pack_dirs() -> list[tuple[Path, str]]:
+    """Packs installed as Python distributions (entry-point group ``mldebug_rules.packs``).
+    An entry point names a module (or ``module:attr`` returning a path) whose directory holds pack.yaml."""
+    from importlib.metadata import entry_points
+
+    found: list[tuple[Path, str]] = []
+    for ep in sorted(entry_points(group="mldebug_rules.packs"), key=lambda e: e.name):
+        dist = getattr(ep, "dist", None)
+        origin = f"entry point {ep.name}"
+        if dist is not None:
+            origin = f"entry point {dist.metadata['Name']} {dist.version}"
+        try:
+            obj = ep.load()
+        except Exception as e:  # a broken third-party package must not take the tool down
+            found.append((Path(f"<entry point {ep.name}: {type(e).__name__}: {e}>"), origin))
+            continue
+        if callable(obj):
+            obj = obj()
+        if hasattr(obj, "__file__") and obj.__file__:
+            path = Path(obj.__file__).parent
+        else:
+            path = Path(str(obj))
+        found.append((path, origin))
+    return found
+
+
+def env_pack_dirs() -> list[Path]:
+    raw = os.environ.get("MLDEBUG_RULES_PATH", "")
+    return [Path(p) for p in raw.split(os.pathsep) if p.strip()]
+
+
+def discover(extra: Sequence[str | Path] = (), *, entry_points: bool = True) -> list[tuple[Path, str]]:
+    """Pack directories in precedence order: built-in, --rules, MLDEBUG_RULES_PATH, entry points."""
+    dirs: list[tuple[Path, str]] = [(p, "builtin") for p in builtin_pack_dirs()]
+    dirs += [(Path(p), "--rules") for p in extra]
+    dirs += [(p, "MLDEBUG_RULES_PATH") for p in env_pack_dirs()]
+    if entry_points:
+        dirs += entry_point_pack_dirs()
+    return dirs
+
+
+# --- loading ---------------------------------------------------------------------------------------------
+def _cerberus_messages(errors: Any, path: tuple[Any, ...] = ()) -> list[tuple[tuple[Any, ...], str]]:
+    out: list[tuple[tuple[Any, ...], str]] = []
+    if isinstance(errors, dict):
+        for k in sorted(errors, key=str):
+            out += _cerberus_messages(errors[k], (*path, k))
+    elif isinstance(errors, list):
+        for e in errors:
+            if isinstance(e, (dict, list)):
+                out += _cerberus_messages(e, path)
+            else:
+                out.append((path, str(e)))
+    return out
+
+
+def _validate(doc: Any, schema: Mapping[str, Any], display: str) -> dict[str, Any]:
+    if not isinstance(doc, dict):
+        raise PackError(display, getattr(doc, "start_line", 1), "expected a mapping at the top level")
+    v = cerberus.Validator(copy.deepcopy(dict(schema)))
+    if v.validate(doc):
+        return v.document
+    messages = _cerberus_messages(v.errors)
+    fpath, msg = messages[0]
+    dotted = ".".join(str(p) for p in fpath)
+    last = str(fpath[-1]) if fpath else ""
+    msg = _ADVICE.get(msg, msg)
+    if msg == "required" and last in _WHY:
+        msg = f"required, {_WHY[last]}"
+    raise PackError(display, line_of(doc, fpath), f"{dotted}: {msg}")
+
+
+def _display(path: Path) -> str:
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+@dataclass
+class _RawPack:
+    info: PackInfo
+    files: list[tuple[str, Any, dict[str, Any]]]  # (display path, raw doc with lines, validated doc)
+
+
+def read_pack(path: Path, origin: str) -> _RawPack:
+    schemas = _load_schemas()
+    if not path.is_dir():
+        raise PackError(_display(path), 0, "not a pack directory (expected a folder with pack.yaml)")
+    manifest_path = path / "pack.yaml"
+    if not manifest_path.is_file():
+        raise PackError(_display(path), 0, "no pack.yaml manifest (run `mldebug-rules rules new NAME` for a scaffold)")
+    disp = _display(manifest_path)
+    raw_manifest = load_file(manifest_path, disp)
+    manifest = _validate(raw_manifest, schemas["manifest"], disp)
+    if manifest["requires"] != RULES_SCHEMA:
+        raise PackError(
+            disp,
+            line_of(raw_manifest, ("requires",)),
+            f"requires: pack needs {manifest['requires']!r} but this mldebug-rules reads {RULES_SCHEMA!r}",
+        )
+    info = PackInfo(
+        name=manifest["pack"],
+        version=manifest["version"],
+        description=manifest["description"],
+        owners=list(manifest["owners"]),
+        origin=origin,
+        path=str(path),
+    )
+    files: list[tuple[str, Any, dict[str, Any]]] = []
+    candidates = sorted(p for p in path.rglob("*.yaml") if p.name != "pack.yaml")
+    if len(candidates) > MAX_PACK_FILES:
+        raise PackError(disp, 0, f"pack has {len(candidates)} YAML files; the limit is {MAX_PACK_FILES}")
+    for p in candidates:
+        d = _display(p)
+        if p.name.endswith(".test.yaml"):
+            info.tests.append(str(p))
+            continue
+        raw = load_file(p, d)
+        if raw is None:
+            continue
+        files.append((d, raw, _validate(raw, schemas["file"], d)))
+        info.files.append(str(p))
+    return _RawPack(info, files)
+
+
+def load_packs(
+    extra: Sequence[str | Path] = (),
+    *,
+    entry_points: bool = True,
+    strict: bool = True,
+    builtin: bool = True,
+    params: Mapping[str, Any] | None = None,
+) -> KnowledgeBase:
+    """Load and cross-check every pack. Built-in pack errors always raise; a third-party pack's error
+    raises under ``strict`` and otherwise disables only that pack, with a warning."""
+    kb = KnowledgeBase(registry=FactRegistry.load(), taxonomy=load_taxonomy())
+    dirs = discover(extra, entry_points=entry_points)
+    if not builtin:
+        dirs = [d for d in dirs if d[1] != "builtin"]
+    seen_names: dict[str, str] = {}
+    for path, origin in dirs:
+        try:
+            raw = read_pack(path, origin)
+            if raw.info.name in seen_names:
+                raise PackError(
+                    _display(path / "pack.yaml"),
+                    1,
+                    f"pack name {raw.info.name!r} is already used by {seen_names[raw.info.name]}",
+                )
+            staged = copy.deepcopy(kb)
+            _merge(staged, raw)
+            kb = staged
+            seen_names[raw.info.name] = _display(path / "pack.yaml")
+        except (PackError, YamlError, FactError) as e:
+            if strict or origin == "builtin":
+                raise
+            kb.warnings.append(f"pack disabled: {e}")
+    _apply_overrides(kb)
+    if params:
+        for name, value in params.items():
+            if name not in kb.params:
+                raise PackError("--param", 0, f"unknown parameter {name!r} (see `mldebug-rules rules list --params`)")
+            kb.params[name] = _coerce_param(kb.params[name], value, name)
+    check_references(kb)
+    return kb
+
+
+def _coerce_param(current: Any, value: Any, name: str) -> Any:
+    if isinstance(value, str) and not isinstance(current, str):
+        try:
+            if isinstance(current, bool):
+                return value.lower() in ("1", "true", "yes", "on")
+            return type(current)(float(value)) if isinstance(current, int) else float(value)
+        except ValueError:
+            raise PackError("--param", 0, f"{name}: {value!r} is not a number") from None
+    return value
+
+
+def _claim(kb: KnowledgeBase, kind: str, ident: str, where: str) -> None:
+    k = f"{kind}:{ident}"
+    if k in kb.where:
+        path, _, line = where.rpartition(":")
+        raise PackError(path, int(line or 0), f"{kind} {ident!r} is already defined at {kb.where[k]}")
+    kb.where[k] = where
+
+
+def _merge(kb: KnowledgeBase, raw: _RawPack) -> None:
+    pack = raw.info.name
+    n_rules = n_sigs = 0
+    for display, doc, valid in raw.files:
+        for i, sig in enumerate(valid.get("signatures", [])):
+            where = f"{display}:{line_of(doc, ('signatures', i))}"
+            _claim(kb, "signature", sig["id"], where)
+            n_sigs += 1
+            for fname, ftype in sig["fields"].items():
+                try:
+                    kb.registry.extend("log.signature", fname, _FIELD_TYPES[ftype], where)
+                except FactError as e:
+                    raise PackError(display, line_of(doc, ("signatures", i, "fields", fname)), str(e)) from None
+            kb.signatures.append(
+                Signature(
+                    id=sig["id"],
+                    pack=pack,
+                    title=sig["title"],
+                    role=sig["role"],
+                    streams=tuple(sig["streams"]),
+                    regex=sig["regex"],
+                    ignore_case=sig["ignore_case"],
+                    fields=dict(sig["fields"]),
+                    hypotheses=tuple(sig["hypotheses"]),
+                    examples_match=tuple(sig["examples"]["match"]),
+                    examples_no_match=tuple(sig["examples"]["no_match"]),
+                    where=where,
+                )
+            )
+        for i, prog in enumerate(valid.get("progress", [])):
+            where = f"{display}:{line_of(doc, ('progress', i))}"
+            _claim(kb, "progress", prog["id"], where)
+            kb.progress.append(
+                ProgressPattern(
+                    id=prog["id"],
+                    pack=pack,
+                    regex=prog["regex"],
+                    ignore_case=prog["ignore_case"],
+                    examples_match=tuple(prog["examples"]["match"]),
+                    examples_no_match=tuple(prog["examples"]["no_match"]),
+                    where=where,
+                )
+            )
+        for name, spec in valid.get("params", {}).items():
+            where = f"{display}:{line_of(doc, ('params', name))}"
+            _claim(kb, "param", name, where)
+            kb.params[name] = spec["default"]
+            kb.param_docs[name] = spec["description"]
+        for hyp, spec in valid.get("hypotheses", {}).items():
+            where = f"{display}:{line_of(doc, ('hypotheses', hyp))}"
+            if hyp not in kb.taxonomy and not hyp.startswith(pack + "."):
+                raise PackError(
+                    display,
+                    line_of(doc, ("hypotheses", hyp)),
+                    f"hypotheses.{hyp}: not a taxonomy id; a pack's own ids are namespaced as '{pack}.{hyp}'",
+                )
+            _claim(kb, "hypothesis", hyp, where)
+            spec = dict(spec)
+            spec["where"] = where
+            spec["pack"] = pack
+            kb.hypotheses[hyp] = spec
+        for smoke, spec in valid.get("smokes", {}).items():
+            where = f"{display}:{line_of(doc, ('smokes', smoke))}"
+            _claim(kb, "smoke", smoke, where)
+            spec = dict(spec)
+            spec["where"] = where
+            spec["pack"] = pack
+            kb.smokes[smoke] = spec
+        for i, rule in enumerate(valid.get("rules", [])):
+            line = line_of(doc, ("rules", i))
+            where = f"{display}:{line}"
+            rid = f"{pack}.{rule['id']}"
+            _claim(kb, "rule", rid, where)
+            n_rules += 1
+            spec = dict(rule)
+            spec["_doc"] = doc["rules"][i]
+            kb.rules.append(Rule(id=rid, pack=pack, spec=spec, where=where, path=display, line=line))
+        for i, ov in enumerate(valid.get("overrides", [])):
+            ov = dict(ov)
+            ov["_where"] = (display, line_of(doc, ("overrides", i)))
+            kb.params.setdefault("__overrides__", []).append(ov)
+    if n_rules > MAX_RULES_PER_PACK or n_sigs > MAX_SIGNATURES_PER_PACK:
+        raise PackError(raw.info.path, 0, "pack exceeds the size limits (rules or signatures)")
+    kb.packs.append(raw.info)
+
+
+_FIELD_TYPES = {"int": "integer", "float": "float", "str": "string"}
+
+
+def _apply_overrides(kb: KnowledgeBase) -> None:
+    overrides = kb.params.pop("__overrides__", [])
+    by_id = {r.id: r for r in kb.rules}
+    for ov in overrides:
+        display, line = ov["_where"]
+        rule = by_id.get(ov["rule"])
+        if rule is None:
+            raise PackError(display, line, f"overrides: rule {ov['rule']!r} does not exist in any loaded pack")
+        if ov["disable"]:
+            rule.disabled = True
+        if ov.get("weight") is not None:
+            rule.weight_override = float(ov["weight"])
+
+
+# --- cross references -------------------------------------------------------------------------------------
+def known_hypotheses(kb: KnowledgeBase) -> set[str]:
+    return set(kb.taxonomy) | set(kb.hypotheses)
+
+
+def check_references(kb: KnowledgeBase) -> None:
+    """Names that must resolve: fact kinds, attributes, hypothesis and smoke ids, pattern references."""
+    hyps = known_hypotheses(kb)
+    for hyp, spec in kb.hypotheses.items():
+        path, _, line = spec["where"].rpartition(":")
+        for alt in spec["alternatives"]:
+            if alt not in hyps:
+                raise PackError(path, int(line), f"hypotheses.{hyp}.alternatives: unknown diagnosis id {alt!r}")
+        if spec["smoke"] not in kb.smokes:
+            raise PackError(path, int(line), f"hypotheses.{hyp}.smoke: unknown smoke {spec['smoke']!r}")
+    for smoke, spec in kb.smokes.items():
+        path, _, line = spec["where"].rpartition(":")
+        names = list(spec["discriminates"])
+        for o in spec["outcomes"].values():
+            names += o.get("confirms", []) + o.get("refutes", [])
+        for h in names:
+            if h not in hyps:
+                raise PackError(path, int(line), f"smokes.{smoke}: unknown diagnosis id {h!r}")
+    for sig in kb.signatures:
+        path, _, line = sig.where.rpartition(":")
+        for h in sig.hypotheses:
+            if h not in hyps:
+                raise PackError(path, int(line), f"signature {sig.id}: unknown diagnosis id {h!r}")
+    for rule in kb.rules:
+        check_rule(kb, rule, hyps)
+
+
+def _doc_line(rule: Rule, *path: Any) -> int:
+    return line_of(rule.spec["_doc"], path) or rule.line
+
+
+def check_rule(kb: KnowledgeBase, rule: Rule, hyps: set[str]) -> None:
+    spec = rule.spec
+    names: list[str] = []
+    for pname, pat in spec["when"].items():
+        kind = pat["kind"]
+        if kind not in kb.registry.kinds:
+            raise PackError(
+                rule.path,
+                _doc_line(rule, "when", pname, "kind"),
+                f"when.{pname}.kind: unknown fact kind {kind!r} (known: {', '.join(sorted(kb.registry.kinds))})",
+            )
+        for attr, cond in pat["match"].items():
+            where = _doc_line(rule, "when", pname, "match", attr)
+            atype = kb.registry.attr_type(kind, attr)
+            if atype is None:
+                raise PackError(rule.path, where, f"when.{pname}.match.{attr}: {kind} has no attribute {attr!r}")
+            ops = cond if isinstance(cond, dict) else {"eq": cond}
+            for op, value in ops.items():
+                if op not in OPERATORS:
+                    raise PackError(
+                        rule.path, where, f"when.{pname}.match.{attr}: unknown operator {op!r} (use {', '.join(OPERATORS)})"
+                    )
+                values = value if op == "in" else [value]
+                if op == "in" and (not isinstance(value, list) or not value):
+                    raise PackError(rule.path, where, f"when.{pname}.match.{attr}: 'in' needs a non-empty list")
+                for v in values:
+                    _check_value(kb, rule, where, pname, attr, atype, kind, v, names, op)
+        for key in ("after", "after_time"):
+            ref = pat.get(key)
+            if ref is not None and ref not in names:
+                raise PackError(
+                    rule.path,
+                    _doc_line(rule, "when", pname, key),
+                    f"when.{pname}.{key}: {ref!r} is not an earlier pattern of this rule",
+                )
+        names.append(pname)
+    then = spec["then"]
+    if not then.get("hypothesis") and not then.get("derive"):
+        raise PackError(rule.path, _doc_line(rule, "then"), "then: a rule must raise a hypothesis or derive facts")
+    hyp = then.get("hypothesis")
+    if hyp is not None:
+        if hyp not in hyps:
+            raise PackError(rule.path, _doc_line(rule, "then", "hypothesis"), f"then.hypothesis: unknown diagnosis id {hyp!r}")
+        if then.get("weight") is None:
+            raise PackError(rule.path, _doc_line(rule, "then"), "then.weight: required with a hypothesis")
+        if hyp not in kb.hypotheses:
+            for need, why in (("smoke", _WHY["smoke"]), ("alternatives", _WHY["alternatives"])):
+                if not then.get(need):
+                    raise PackError(
+                        rule.path,
+                        _doc_line(rule, "then"),
+                        f"then.{need}: required, {why} (no pack describes hypothesis {hyp!r})",
+                    )
+        for alt in then.get("alternatives", []) + then.get("explains", []):
+            if alt not in hyps:
+                raise PackError(rule.path, _doc_line(rule, "then"), f"then: unknown diagnosis id {alt!r}")
+        if then.get("smoke") and then["smoke"] not in kb.smokes:
+            raise PackError(rule.path, _doc_line(rule, "then", "smoke"), f"then.smoke: unknown smoke {then['smoke']!r}")
+    for c in then.get("cite", []):
+        if c not in names:
+            raise PackError(rule.path, _doc_line(rule, "then", "cite"), f"then.cite: {c!r} is not a pattern of this rule")
+    for i, d in enumerate(then.get("derive", [])):
+        kind = d["kind"]
+        line = _doc_line(rule, "then", "derive", i)
+        if kind not in kb.registry.kinds:
+            raise PackError(rule.path, line, f"then.derive: unknown fact kind {kind!r}")
+        if "derived" not in kb.registry.origins(kind):
+            raise PackError(
+                rule.path, line, f"then.derive: rules may not derive {kind!r} (only {kb.registry.origins(kind)} may)"
+            )
+        for attr, value in d["attrs"].items():
+            atype = kb.registry.attr_type(kind, attr)
+            if atype is None:
+                raise PackError(rule.path, line, f"then.derive: {kind} has no attribute {attr!r}")
+            _check_value(kb, rule, line, "derive", attr, atype, kind, value, names, "eq")
+
+
+def _check_value(
+    kb: KnowledgeBase,
+    rule: Rule,
+    line: int,
+    pname: str,
+    attr: str,
+    atype: str,
+    kind: str,
+    value: Any,
+    names: Sequence[str],
+    op: str,
+) -> None:
+    if isinstance(value, dict) and set(value) == {"param"}:
+        if value["param"] not in kb.params:
+            raise PackError(rule.path, line, f"when.{pname}.match.{attr}: unknown parameter {value['param']!r}")
+        value = kb.params[value["param"]]
+    if isinstance(value, str) and value.startswith("$") and not value.startswith("$$"):
+        m = _REF.match(value)
+        if not m:
+            raise PackError(rule.path, line, f"{pname}.{attr}: {value!r} is not a reference like '$pattern.attribute'")
+        ref, rattr = m.groups()
+        if ref not in names:
+            raise PackError(rule.path, line, f"{pname}.{attr}: {value!r} refers to {ref!r}, not an earlier pattern")
+        rkind = rule.spec["when"][ref]["kind"]
+        rtype = kb.registry.attr_type(rkind, rattr)
+        if rtype is None:
+            raise PackError(rule.path, line, f"{pname}.{attr}: {rkind} has no attribute {rattr!r}")
+        if _family(rtype) != _family(atype):
+            raise PackError(rule.path, line, f"{pname}.{attr}: compares {atype} with {rtype} ({value})")
+        return
+    if not _value_fits(atype, value):
+        raise PackError(rule.path, line, f"{pname}.{attr}: {value!r} is not a {atype} ({kind}.{attr})")
+    allowed = kb.registry.allowed_values(kind, attr)
+    if allowed is not None and op in ("eq", "neq", "in") and value not in allowed:
+        raise PackError(rule.path, line, f"{pname}.{attr}: {value!r} is not one of {allowed}")
+
+
+def _family(t: str) -> str:
+    return "number" if t in ("integer", "float", "number") else t
+
+
+def _value_fits(atype: str, value: Any) -> bool:
+    if atype == "boolean":
+        return isinstance(value, bool)
+    if atype in ("integer", "float", "number"):
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return isinstance(value, str)
+
+
+def iter_rule_files(kb: KnowledgeBase) -> Iterable[str]:
+    for p in kb.packs:
+        yield from p.files
+
+
+__all__ = [
+    "KnowledgeBase",
+    "LineDict",
+    "PackError",
+    "PackInfo",
+    "ProgressPattern",
+    "Rule",
+    "Signature",
+    "load_packs",
+]

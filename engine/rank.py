@@ -1,0 +1,95 @@
+"""Rank hypotheses: scores in [0, 1] from rule weights, roots above the cascades they explain.
+
+- Each rule counts once per hypothesis (its strongest firing); independent rules combine by noisy-OR.
+- A hypothesis resting only on cascade evidence (watchdog timeouts, "worker exited unexpectedly") is a
+  consequence: when a root hypothesis exists it is discounted and listed as explained by that root.
+- A firing may name hypotheses it ``explains``; those are capped below it.
+- Ties break on the id, so the order is deterministic.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from .facts import Fact
+from .packs import KnowledgeBase
+from .run import Firing
+
+CASCADE_DISCOUNT = 0.5
+EXPLAINED_CAP = 0.8
+STATUS_ORDER = {"confirmed": 0, "hypothesis": 1, "refuted": 2}
+
+
+@dataclass
+class Hypothesis:
+    id: str
+    score: float
+    role: str
+    failure: bool
+    rules: list[str]
+    evidence: list[Fact]
+    alternatives: list[str]
+    smoke: str | None
+    summary: str
+    status: str = "hypothesis"
+    explained_by: list[str] = field(default_factory=list)
+    smoke_results: list[Fact] = field(default_factory=list)
+
+
+def _noisy_or(weights: Sequence[float]) -> float:
+    p = 1.0
+    for w in weights:
+        p *= 1.0 - max(0.0, min(1.0, w))
+    return 1.0 - p
+
+
+def _evidence_order(f: Fact) -> tuple[object, ...]:
+    return (f.file == "", f.file, f.line, f.source, f.key)
+
+
+def rank(kb: KnowledgeBase, firings: Sequence[Firing], facts: Mapping[str, Fact]) -> list[Hypothesis]:
+    by_hyp: dict[str, list[Firing]] = defaultdict(list)
+    for f in firings:
+        by_hyp[f.hypothesis].append(f)
+    hyps: dict[str, Hypothesis] = {}
+    for hid, fs in by_hyp.items():
+        per_rule: dict[str, float] = {}
+        for f in fs:
+            per_rule[f.rule] = max(per_rule.get(f.rule, 0.0), f.weight)
+        info = kb.hypothesis_info(hid)
+        best = max(fs, key=lambda f: (f.weight, f.role == "root", f.rule))
+        evidence = sorted({k: facts[k] for f in fs for k in f.cites if k in facts}.values(), key=_evidence_order)
+        hyps[hid] = Hypothesis(
+            id=hid,
+            score=_noisy_or(list(per_rule.values())),
+            role="root" if any(f.role == "root" for f in fs) else "cascade",
+            failure=kb.is_failure(hid),
+            rules=sorted(per_rule),
+            evidence=evidence,
+            alternatives=list(best.alternatives or info.get("alternatives", [])),
+            smoke=best.smoke or info.get("smoke"),
+            summary=best.summary,
+        )
+    roots = [h for h in hyps.values() if h.role == "root" and h.failure]
+    for h in hyps.values():
+        if h.role == "cascade" and roots:
+            h.score *= CASCADE_DISCOUNT
+            h.explained_by = sorted(r.id for r in roots)
+    for f in firings:
+        if f.hypothesis not in hyps:
+            continue
+        for target in f.explains:
+            t = hyps.get(target)
+            if t is not None and t.id != f.hypothesis:
+                t.score = min(t.score, hyps[f.hypothesis].score * EXPLAINED_CAP)
+                if f.hypothesis not in t.explained_by:
+                    t.explained_by = sorted([*t.explained_by, f.hypothesis])
+    for h in hyps.values():
+        h.score = round(h.score, 4)
+    return sort_hypotheses(list(hyps.values()))
+
+
+def sort_hypotheses(hyps: list[Hypothesis]) -> list[Hypothesis]:
+    return sorted(hyps, key=lambda h: (STATUS_ORDER[h.status], -h.score, h.id))

@@ -1,0 +1,204 @@
+"""The ``mldebug-rules`` command line (CONTRACT.md). Heavy modules are imported lazily to start fast.
+
+Exit status: 0 when the command did its job, 2 for bad usage or unusable input (one line on stderr, never a
+traceback), 1 only for an internal error (and for ``gate`` when the claim is not smoke-confirmed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from . import __version__
+from .errors import UsageError
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2
+        self.exit(2, f"mldebug-rules: error: {message} (see --help)\n")
+
+
+def _params(values: Sequence[str]) -> dict[str, str]:
+    out = {}
+    for v in values:
+        if "=" not in v:
+            raise UsageError(f"--param {v!r}: expected NAME=VALUE")
+        k, _, val = v.partition("=")
+        out[k.strip()] = val.strip()
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="mldebug-rules", description="Why is this training run failing? Evidence first.")
+    p.add_argument("--version", action="version", version=f"mldebug-rules {__version__}")
+    sub = p.add_subparsers(dest="command", parser_class=_Parser)
+
+    d = sub.add_parser("diagnose", help="diagnose run directories, logs and bundles")
+    d.add_argument("run_dirs", nargs="*", metavar="RUN_DIR")
+    d.add_argument("--log", action="append", default=[], metavar="FILE")
+    d.add_argument("--kernel-log", action="append", default=[], metavar="FILE")
+    d.add_argument("--bundle", action="append", default=[], metavar="FILE")
+    d.add_argument("--rules", action="append", default=[], metavar="DIR")
+    d.add_argument("--offline", action="store_true", help="read only what was named; never probe the machine")
+    d.add_argument("--format", choices=["text", "markdown", "json"], default="text")
+    d.add_argument("--out", metavar="FILE")
+    d.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="override a pack parameter")
+    d.add_argument("--engine", choices=["auto", "durable", "python"], default=None)
+    d.add_argument("--strict", action="store_true", help="a broken third-party pack is an error, not a warning")
+
+    r = sub.add_parser("rules", help="list, lint and test rule packs")
+    r.add_argument("action", choices=["list", "lint", "test", "new"])
+    r.add_argument("packs", nargs="*", metavar="PACK_DIR")
+    r.add_argument("--strict", action="store_true")
+    r.add_argument("--engine", choices=["auto", "durable", "python"], default=None)
+
+    s = sub.add_parser("smoke", help="plan, run and record smokes")
+    s.add_argument("action", choices=["plan", "run", "record"])
+    s.add_argument("run_dir", metavar="RUN_DIR")
+    s.add_argument("--hypothesis", metavar="ID")
+    s.add_argument("--outcome", choices=["confirmed", "refuted", "inconclusive"])
+    s.add_argument("--note", default="")
+    s.add_argument("--smoke", default="", help="the smoke id that was run")
+    s.add_argument("--timeout", type=float, default=600.0)
+    s.add_argument("--control", action="append", default=[], metavar="NAME=VALUE")
+    s.add_argument("--cmd", default=None, help="the run's command line, when the logs do not record it")
+    s.add_argument("--rules", action="append", default=[], metavar="DIR")
+    s.add_argument("argv", nargs=argparse.REMAINDER)
+
+    g = sub.add_parser("gate", help="exit 0 only if the claimed cause is smoke-confirmed")
+    g.add_argument("run_dir", metavar="RUN_DIR")
+    g.add_argument("--claim", required=True, metavar="ID")
+    g.add_argument("--rules", action="append", default=[], metavar="DIR")
+
+    c = sub.add_parser("collect", help="record the probes' facts into a replayable bundle")
+    c.add_argument("run_dirs", nargs="*", metavar="RUN_DIR")
+    c.add_argument("--out", required=True, metavar="BUNDLE")
+    c.add_argument("--offline", action="store_true")
+    c.add_argument("--log", action="append", default=[], metavar="FILE")
+    c.add_argument("--kernel-log", action="append", default=[], metavar="FILE")
+    c.add_argument("--rules", action="append", default=[], metavar="DIR")
+
+    e = sub.add_parser("eval", help="top-1/top-3 accuracy over labelled cases")
+    e.add_argument("cases_dir", metavar="CASES_DIR")
+    e.add_argument("labels_dir", metavar="LABELS_DIR", nargs="?")
+    e.add_argument("--rules", action="append", default=[], metavar="DIR")
+    e.add_argument("--format", choices=["text", "json"], default="text")
+    return p
+
+
+def _request(args: argparse.Namespace) -> Any:
+    from .diagnose import Request
+
+    return Request(
+        run_dirs=[Path(x) for x in args.run_dirs],
+        logs=[Path(x) for x in getattr(args, "log", [])],
+        kernel_logs=[Path(x) for x in getattr(args, "kernel_log", [])],
+        bundles=[Path(x) for x in getattr(args, "bundle", [])],
+        rules_dirs=[Path(x) for x in args.rules],
+        offline=bool(getattr(args, "offline", False)),
+        params=_params(getattr(args, "param", [])),
+        engine=getattr(args, "engine", None),
+        strict=bool(getattr(args, "strict", False)),
+    )
+
+
+def cmd_diagnose(args: argparse.Namespace) -> int:
+    from . import report as rep
+    from .diagnose import diagnose
+
+    d = diagnose(_request(args))
+    data = rep.build(d)
+    if args.format == "json":
+        text = rep.to_json(data)
+    else:
+        text = rep.to_text(data, markdown=args.format == "markdown")
+    _emit(text, args.out)
+    return 0
+
+
+def _emit(text: str, out: str | None) -> None:
+    if out:
+        try:
+            Path(out).write_text(text, encoding="utf-8")
+        except OSError as e:
+            raise UsageError(f"--out {out}: {e.strerror}") from None
+    else:
+        sys.stdout.write(text)
+
+
+def cmd_rules(args: argparse.Namespace) -> int:
+    from . import rulescmd
+
+    return rulescmd.main(args)
+
+
+def cmd_smoke(args: argparse.Namespace) -> int:
+    from . import smokecmd
+
+    return smokecmd.main(args)
+
+
+def cmd_gate(args: argparse.Namespace) -> int:
+    from . import smokecmd
+
+    return smokecmd.gate(args)
+
+
+def cmd_collect(args: argparse.Namespace) -> int:
+    try:
+        from . import bundle
+    except ImportError:
+        raise UsageError("collect is not available in this build") from None
+    return bundle.collect_main(args)
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from . import evaluate
+
+    return evaluate.main(args)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not args.command:
+        parser.print_help()
+        return 2
+    handler = {
+        "diagnose": cmd_diagnose,
+        "rules": cmd_rules,
+        "smoke": cmd_smoke,
+        "gate": cmd_gate,
+        "collect": cmd_collect,
+        "eval": cmd_eval,
+    }[args.command]
+    try:
+        return handler(args)
+    except UsageError as e:
+        print(f"mldebug-rules: error: {e}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        return 0
+    except KeyboardInterrupt:
+        return 130
+    except Exception as e:
+        from .engine.facts import FactError
+        from .engine.packs import PackError
+        from .engine.yamlload import YamlError
+
+        if isinstance(e, (PackError, YamlError, FactError)):
+            print(f"mldebug-rules: error: {e}", file=sys.stderr)
+            return 2
+        import traceback
+
+        print(f"mldebug-rules: internal error: {type(e).__name__}: {e}", file=sys.stderr)
+        if __import__("os").environ.get("MLDEBUG_DEBUG"):
+            traceback.print_exc()
+        return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,222 @@
+"""Reports in the seed's five parts: probes, hypotheses, the smoke to run, the verdict, the next action.
+
+JSON follows CONTRACT.md (``mldebug-rules/report/v1``); text and markdown say the same in prose. Every claim
+quotes its evidence as ``file:line`` (or the probe's name). Output is deterministic for the same inputs.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .diagnose import Diagnosis
+from .engine.facts import Fact
+from .engine.rank import Hypothesis
+from .redact import redact_obj
+
+SCHEMA = "mldebug-rules/report/v1"
+MAX_EVIDENCE = 8
+_HIDDEN_KINDS = ("probe.status",)
+
+
+def _evidence_text(f: Fact) -> str:
+    if f.text:
+        return f.text.strip()[:500]
+    parts = [f"{k}={v}" for k, v in sorted(f.attrs.items()) if v not in ("", -1, -1.0, None)]
+    return f"{f.kind}: " + ", ".join(parts)
+
+
+def _evidence(f: Fact) -> dict[str, Any]:
+    e: dict[str, Any] = {"fact": f.kind, "source": f.source, "text": _evidence_text(f)}
+    if f.rank is not None:
+        e["rank"] = f.rank
+    if f.kind == "log.signature":
+        e["signature"] = f.attrs.get("signature")
+        e["role"] = f.attrs.get("role")
+    return e
+
+
+def smoke_block(d: Diagnosis, smoke_id: str | None) -> dict[str, Any] | None:
+    if not smoke_id:
+        return None
+    spec = d.kb.smokes.get(smoke_id)
+    if spec is None:
+        return {"id": smoke_id, "description": smoke_id, "discriminates": []}
+    block: dict[str, Any] = {
+        "id": smoke_id,
+        "description": spec["description"],
+        "discriminates": list(spec["discriminates"]),
+        "outcomes": {
+            name: {k: v for k, v in o.items() if k in ("confirms", "refutes", "meaning") and v}
+            for name, o in sorted(spec["outcomes"].items())
+        },
+    }
+    if spec.get("recipe"):
+        block["recipe"] = spec["recipe"]
+    return block
+
+
+def _hypothesis(d: Diagnosis, h: Hypothesis) -> dict[str, Any]:
+    info = d.kb.hypothesis_info(h.id)
+    evidence = [_evidence(f) for f in h.evidence[:MAX_EVIDENCE]]
+    evidence += [_evidence(f) for f in h.smoke_results]
+    out: dict[str, Any] = {
+        "id": h.id,
+        "score": h.score,
+        "status": h.status,
+        "title": info.get("title") or h.summary,
+        "claim": info.get("claim", ""),
+        "role": h.role,
+        "evidence": evidence,
+        "alternatives": list(h.alternatives),
+        "smoke": smoke_block(d, h.smoke),
+        "rules": list(h.rules),
+    }
+    if len(h.evidence) > MAX_EVIDENCE:
+        out["evidence_omitted"] = len(h.evidence) - MAX_EVIDENCE
+    if h.explained_by:
+        out["explained_by"] = list(h.explained_by)
+    if info.get("remediation"):
+        out["remediation"] = dict(info["remediation"])
+    if info.get("runbook"):
+        out["runbook"] = info["runbook"]
+    if not h.failure:
+        out["failure"] = False
+    return out
+
+
+def next_action(d: Diagnosis) -> str:
+    g = d.gate
+    hyps = g.hypotheses
+    if g.verdict == "cause" and g.cause:
+        rem = d.kb.hypothesis_info(g.cause).get("remediation", {})
+        return f"Cause confirmed by smoke: {g.cause}. {rem.get('immediate', '')}".strip()
+    if g.verdict == "no_failure":
+        done = [h for h in hyps if not h.failure]
+        if done:
+            return f"No failure found: {d.kb.hypothesis_info(done[0].id).get('title', done[0].id)}. Nothing to fix."
+        return "No failure evidence in what was read. If the run still misbehaves, probe it live (without --offline)."
+    live = [h for h in hyps if h.status == "hypothesis" and h.failure]
+    if live:
+        top = live[0]
+        smoke = d.kb.smokes.get(top.smoke or "")
+        what = smoke["description"].rstrip(".") if smoke else (top.smoke or "a discriminating smoke")
+        return (
+            f"Do not claim a cause yet. Run the smoke for {top.id}: {what}; then record it with "
+            f"`mldebug-rules smoke record RUN_DIR --hypothesis {top.id} --outcome confirmed|refuted`."
+        )
+    if not d.evidence_seen:
+        return "Nothing readable was found: pass the training log with --log and the kernel log with --kernel-log."
+    return (
+        "No rule matched the evidence. Read the scrollback below, then probe the live machine "
+        "(processes, dmesg, nvidia-smi) by running diagnose without --offline."
+    )
+
+
+def build(d: Diagnosis) -> dict[str, Any]:
+    offline = d.request.offline
+    probes = []
+    for o in d.probes:
+        probes.append(
+            {
+                "name": o.name,
+                "status": o.status,
+                "facts": len([f for f in o.facts if f.kind not in _HIDDEN_KINDS]),
+                # Timings would break byte-identical offline reports; they are inputs of nothing.
+                "seconds": None if offline else round(o.seconds, 3),
+                "detail": o.detail,
+            }
+        )
+    report: dict[str, Any] = {
+        "schema": SCHEMA,
+        "verdict": d.gate.verdict,
+        "cause": d.gate.cause,
+        "hypotheses": [_hypothesis(d, h) for h in d.gate.hypotheses],
+        "probes": probes,
+        "next_action": next_action(d),
+        "engine": {"rules": d.engine.backend, "scanner": d.scanner, "ruleset": d.compiled.name},
+        "scrollback": _scrollback(d),
+    }
+    if d.kb.warnings:
+        report["warnings"] = list(d.kb.warnings)
+    return redact_obj(report)
+
+
+def _scrollback(d: Diagnosis) -> list[dict[str, Any]]:
+    out = []
+    for f in d.facts:
+        if f.kind == "log.tail":
+            out.append({"file": f.file, "lines": f.extra.get("scrollback", [])[-15:]})
+    return sorted(out, key=lambda x: x["file"])[:8]
+
+
+def to_json(report: dict[str, Any]) -> str:
+    return json.dumps(report, indent=2, sort_keys=False, ensure_ascii=False) + "\n"
+
+
+# --- text and markdown -------------------------------------------------------------------------------------
+def to_text(report: dict[str, Any], markdown: bool = False) -> str:
+    h1 = "## " if markdown else ""
+    bullet = "- " if markdown else "  "
+    code = "`" if markdown else ""
+    lines: list[str] = []
+    verdict = report["verdict"]
+    title = {"cause": f"CAUSE (smoke-confirmed): {report['cause']}", "uncertain": "UNCERTAIN: hypotheses only, no cause proven yet", "no_failure": "NO FAILURE found"}[verdict]
+    lines.append(("# " if markdown else "") + f"mldebug-rules diagnosis: {title}")
+    lines.append("")
+    lines.append(f"{h1}1. What the probes found")
+    for p in report["probes"]:
+        lines.append(f"{bullet}{p['name']}: {p['status']} ({p['facts']} facts){' - ' + p['detail'] if p['detail'] else ''}")
+    lines.append("")
+    lines.append(f"{h1}2. Hypotheses (ranked; a hypothesis is not a cause until a smoke confirms it)")
+    if not report["hypotheses"]:
+        lines.append(f"{bullet}none: no rule matched the evidence")
+    for i, h in enumerate(report["hypotheses"], 1):
+        tag = {"confirmed": "CONFIRMED", "refuted": "refuted", "hypothesis": "hypothesis"}[h["status"]]
+        lines.append(f"{bullet}{i}. [{tag}] {code}{h['id']}{code} score {h['score']:.2f}: {h['title']}")
+        if h.get("explained_by"):
+            lines.append(f"{bullet}   consequence of: {', '.join(h['explained_by'])}")
+        for e in h["evidence"]:
+            lines.append(f"{bullet}   seen: {code}{e['source']}{code}: {e['text'][:200]}")
+        if h.get("alternatives"):
+            lines.append(f"{bullet}   alternatives not ruled out: {', '.join(h['alternatives'])}")
+        if h.get("remediation") and i <= 3:
+            rem = h["remediation"]
+            lines.append(f"{bullet}   why it matters / do now: {rem.get('immediate', '')}")
+            lines.append(f"{bullet}   investigate: {rem.get('investigate', '')}")
+            lines.append(f"{bullet}   false positive if: {rem.get('false_positive', '')}")
+    lines.append("")
+    lines.append(f"{h1}3. Smoke to run next")
+    top = next((h for h in report["hypotheses"] if h["status"] == "hypothesis" and h.get("smoke")), None)
+    if top:
+        s = top["smoke"]
+        lines.append(f"{bullet}{code}{s['id']}{code}: {s['description']}")
+        for name, o in s.get("outcomes", {}).items():
+            bits = []
+            if o.get("confirms"):
+                bits.append("confirms " + ", ".join(o["confirms"]))
+            if o.get("refutes"):
+                bits.append("refutes " + ", ".join(o["refutes"]))
+            lines.append(f"{bullet}   if {name}: {'; '.join(bits) or 'inconclusive'}{' - ' + o['meaning'] if o.get('meaning') else ''}")
+    else:
+        lines.append(f"{bullet}none needed" if verdict != "uncertain" else f"{bullet}no smoke proposed")
+    lines.append("")
+    lines.append(f"{h1}4. Verdict: {verdict}" + (f" ({report['cause']})" if report["cause"] else ""))
+    lines.append("")
+    lines.append(f"{h1}5. Next action")
+    lines.append(f"{bullet}{report['next_action']}")
+    if report.get("scrollback") and verdict != "no_failure":
+        lines.append("")
+        lines.append(f"{h1}Scrollback (last lines)")
+        for sb in report["scrollback"][:3]:
+            lines.append(f"{bullet}{sb['file']}:")
+            if markdown:
+                lines.append("```")
+            for no, text in sb["lines"][-8:]:
+                lines.append(f"    {no:>7}  {text[:160]}")
+            if markdown:
+                lines.append("```")
+    lines.append("")
+    eng = report["engine"]
+    lines.append(f"engine: {eng['rules']}; scanner: {eng['scanner']}")
+    return "\n".join(lines) + "\n"
