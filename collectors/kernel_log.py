@@ -7,13 +7,17 @@ One parser serves every provider: a live ``dmesg``, a run directory's ``dmesg.tx
 ...   "anon-rss:87654321kB, file-rss:0kB, shmem-rss:0kB, UID:1000 pgtables:171234kB oom_score_adj:0")]
 [('kernel.oom_kill', 31337, 'python', 87654321)]
 >>> [(k, a["code"], a["pci"], a["pid"]) for k, a, _ in parse_line(
-...   "[Tue Mar  5 10:12:01 2024] NVRM: Xid (PCI:0000:3b:00): 79, pid=2741, name=python, GPU has fallen off the bus.")]
+...   "[Tue Mar  5 10:12:01 2024] NVRM: Xid (PCI:0000:3b:00): 79, pid=2741, name=python, "
+...   "GPU has fallen off the bus.")]
 [('kernel.xid', 79, '0000:3b:00', 2741)]
 >>> [(k, a["server"], a["state"]) for k, a, _ in parse_line(
 ...   "2024-03-05T10:12:01+0000 node17 kernel: nfs: server fs01 not responding, still trying")]
 [('kernel.nfs', 'fs01', 'not_responding')]
 >>> line_time("2024-03-05T10:12:01+0000 node17 kernel: nfs: server fs01 OK")
 1709633521.0
+>>> [(k, a["event"], a["pci"], a["fatal"]) for k, a, _ in parse_line(
+...   "[  12.5] NVRM: GPU 0000:3b:00.0: RmInitAdapter failed! (0x26:0x56:1463)")]
+[('kernel.nvrm', 'init_failed', '0000:3b:00.0', True)]
 """
 
 from __future__ import annotations
@@ -31,10 +35,13 @@ _PREFIX_ISO = re.compile(r"^(\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(
 _PREFIX_CTIME = re.compile(r"^\[(\w{3} \w{3} [ \d]\d \d{2}:\d{2}:\d{2} \d{4})\]")
 
 _OOM_KILLED = re.compile(
-    r"(?:Out of memory|Memory cgroup out of memory)(?: \(oom_kill_allocating_task\))?: Kill(?:ed)? process (\d+) \(([^)]*)\)"
+    r"(?:Out of memory|Memory cgroup out of memory)(?: \(oom_kill_allocating_task\))?"
+    r": Kill(?:ed)? process (\d+) \(([^)]*)\)"
     r"(?:.*?anon-rss:(\d+)kB)?"
 )
-_OOM_KILL_SUMMARY = re.compile(r"oom-kill:constraint=(\w+)(?:,.*?)?(?:,oom_memcg=([^,\s]*))?(?:,.*?)?,task=([^,\s]+),pid=(\d+)")
+_OOM_KILL_SUMMARY = re.compile(r"oom-kill:constraint=(\w+)(?:,.*?)?,task=([^,\s]+),pid=(\d+)")
+# Searched on its own: as an optional group inside the summary pattern, a lazy ".*?" always skipped it.
+_OOM_MEMCG = re.compile(r",oom_memcg=([^,\s]*)")
 _OOM_REAPER = re.compile(r"oom_reaper: reaped process (\d+) \(([^)]*)\)")
 _XID = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9a-fA-F:.]+)\): (\d+)(?:, pid=(\d+|'<unknown>'))?")
 _NFS = re.compile(r"\bnfs: server (\S+) (not responding|OK)")
@@ -43,6 +50,18 @@ _LUSTRE = re.compile(r"LustreError: .*?(?:connection to (\S+) .*?lost|timed out)
 _HUNG = re.compile(r"INFO: task (.+?):(\d+) blocked for more than (\d+) seconds")
 _SEGV = re.compile(r"(\S+?)\[(\d+)\]: segfault at \S+ ip \S+ sp \S+ error \d+(?: in ([^\[\s]+))?")
 _MCE = re.compile(r"(mce: \[Hardware Error\].*|EDAC \S+: .*(?:CE|UE) .*|Machine check.*)")
+_NVRM_PCI = re.compile(r"(?:PCI:)?([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.\d)?)")
+# NVRM events worth a fact (most NVRM lines are start-up chatter). Order matters: first match wins.
+_NVRM_EVENTS = (
+    (
+        re.compile(r"RmInitAdapter failed|rm_init_adapter failed|failed to init\w* (?:the )?GPU"),
+        "init_failed",
+        True,
+    ),
+    (re.compile(r"fallen off the bus"), "fallen_off_bus", True),
+    (re.compile(r"GSP.*(?:heartbeat timed out|[Tt]imeout)|[Tt]imeout.*GSP"), "gsp_timeout", True),
+    (re.compile(r"GPU crash dump has been created"), "crash_dump", False),
+)
 
 
 @lru_cache(maxsize=1)
@@ -69,7 +88,9 @@ def line_time(line: str) -> float | None:
     m = _PREFIX_CTIME.match(line)
     if m:
         try:
-            return datetime.strptime(m.group(1), "%a %b %d %H:%M:%S %Y").replace(tzinfo=timezone.utc).timestamp()
+            return (
+                datetime.strptime(m.group(1), "%a %b %d %H:%M:%S %Y").replace(tzinfo=timezone.utc).timestamp()
+            )
         except ValueError:
             return None
     return None
@@ -90,7 +111,12 @@ def parse_line(line: str) -> Iterator[tuple[str, dict[str, Any], float | None]]:
         if m:
             yield (
                 "kernel.oom_kill",
-                {"pid": int(m.group(4)), "process": m.group(3), "constraint": m.group(1), "cgroup": m.group(2) or ""},
+                {
+                    "pid": int(m.group(3)),
+                    "process": m.group(2),
+                    "constraint": m.group(1),
+                    "cgroup": memcg.group(1) if (memcg := _OOM_MEMCG.search(line)) else "",
+                },
                 line_time(line),
             )
             return
@@ -113,6 +139,16 @@ def parse_line(line: str) -> Iterator[tuple[str, dict[str, Any], float | None]]:
                 line_time(line),
             )
             return
+    if "NVRM" in line:
+        for rx, event, fatal in _NVRM_EVENTS:
+            if rx.search(line):
+                m = _NVRM_PCI.search(line)
+                yield (
+                    "kernel.nvrm",
+                    {"pci": m.group(1) if m else "", "event": event, "fatal": fatal},
+                    line_time(line),
+                )
+                return
     if "nfs" in line or "NFS" in line or "Lustre" in line:
         m = _NFS.search(line)
         if m:
@@ -148,10 +184,16 @@ def parse_line(line: str) -> Iterator[tuple[str, dict[str, Any], float | None]]:
         m = _MCE.search(line)
         if m:
             detail = m.group(1)
-            yield "kernel.mce", {"detail": detail[:200], "corrected": " CE " in f" {detail} "}, line_time(line)
+            yield (
+                "kernel.mce",
+                {"detail": detail[:200], "corrected": " CE " in f" {detail} "},
+                line_time(line),
+            )
 
 
-def parse_lines(lines: Iterable[tuple[int, str]]) -> Iterator[tuple[int, str, dict[str, Any], float | None, str]]:
+def parse_lines(
+    lines: Iterable[tuple[int, str]],
+) -> Iterator[tuple[int, str, dict[str, Any], float | None, str]]:
     """(line number, kind, attrs, time, text) for every fact in numbered lines."""
     for no, text in lines:
         for kind, attrs, ts in parse_line(text):

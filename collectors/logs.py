@@ -26,7 +26,7 @@ TAIL_LINES = 200
 SCROLLBACK_SHOWN = 40
 _KERNEL_PREFILTER = (
     r"Out of memory|oom-kill|oom_reaper|Xid|nfs: server|[Ss]tale|LustreError|blocked for more than"
-    r"|segfault at|mce:|EDAC|Machine check"
+    r"|segfault at|mce:|EDAC|Machine check|NVRM"
 )
 _TRACEBACK = "Traceback (most recent call last)"
 _FIELD_CAST = {"int": int, "float": float, "str": str}

@@ -49,15 +49,35 @@ def append_record(run_dir: Path, record: Mapping[str, Any]) -> dict[str, Any]:
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        seq = len(read_records(run_dir)) + 1
+        seq = max((_seq(r) for r in read_records(run_dir)), default=0) + 1
         rec = dict(record)
         rec["seq"] = seq
-        os.write(fd, (json.dumps(rec, sort_keys=True) + "\n").encode())
+        line = (json.dumps(rec, sort_keys=True) + "\n").encode()
+        # A crash mid-write may have left a torn last line: start on a fresh line so this record stays whole.
+        size = os.fstat(fd).st_size
+        if size and _last_byte(path) != b"\n":
+            line = b"\n" + line
+        written = os.write(fd, line)
+        if written != len(line):  # a short write (disk full): finish it while still holding the lock
+            os.write(fd, line[written:])
         os.fsync(fd)
     finally:
         fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
     return rec
+
+
+def _seq(rec: Mapping[str, Any]) -> int:
+    try:
+        return int(rec.get("seq", 0))
+    except (TypeError, ValueError):
+        return 0
+
+
+def _last_byte(path: Path) -> bytes:
+    with path.open("rb") as fh:
+        fh.seek(-1, os.SEEK_END)
+        return fh.read(1)
 
 
 def probe_smoke_state(ctx: Context) -> ProbeOutput:

@@ -1,7 +1,8 @@
 """The durable-rules backend. Every call into durable-rules lives in this module.
 
 Design answers to what was measured about durable-rules 2.0.28 (see docs/engine.md):
-- one ``Host`` per process (each starts two threads that never stop), rulesets registered once by content name;
+- one ``Host`` per process, with its background timer threads disabled (they race the C engine);
+- rulesets registered once, named by content;
 - each diagnosis runs on its own session id, deleted afterwards, so nothing leaks between runs;
 - ``set_rulesets`` mutates its argument, so it gets a deep copy;
 - exceptions inside actions never reach the caller: the action records them and we raise after the run;
@@ -47,6 +48,17 @@ _HOST: Any = None
 _REGISTERED: set[str] = set()
 _CURRENT: dict[str, Any] = {}
 _SID = itertools.count(1)
+_PENDING: list[tuple[str, list[dict[str, Any]]]] = []
+
+
+def _cleanup(host: Any) -> None:
+    while _PENDING:
+        name, facts = _PENDING.pop()
+        for f in reversed(facts):
+            try:
+                host.retract_fact(name, f)
+            except Exception:
+                pass  # a fact no rule kept was never stored
 
 
 def _host() -> Any:
@@ -55,6 +67,12 @@ def _host() -> Any:
         import durable.engine as de
 
         class _Host(de.Host):  # type: ignore[misc, name-defined]
+            def _run(self) -> None:
+                # The stock Host starts timer threads that call into the C engine every 0.2 s, racing our
+                # calls (measured: segfaults). We use neither timers nor queued events: actions run
+                # synchronously inside assert_fact, so every call stays on the caller's thread.
+                return
+
             def get_action(self, name: str) -> Callable[[Any], None]:
                 def run(c: Any) -> None:
                     _run_action(name, c)
@@ -81,6 +99,7 @@ def _run_action(name: str, c: Any) -> None:
             state["seen"].add(new["key"])
             fact = dict(new)
             fact["sid"] = state["sid"]
+            state["asserted"].append(fact)
             c.assert_fact(fact)
     except Exception as e:  # surfaced after the run, naming the rule
         state["error"] = f"rule {name}: {type(e).__name__}: {e}"
@@ -109,7 +128,10 @@ class DurableBackend:
             host = _host()
             sid = f"diag{next(_SID)}"
             _CURRENT.clear()
-            _CURRENT.update(action=self._action, sid=sid, seen=set(), error=None)
+            _cleanup(host)
+            _CURRENT.update(action=self._action, sid=sid, seen=set(), error=None, asserted=[])
+            started = False
+            state: Any = None
             try:
                 for fact in facts:
                     if fact["key"] in _CURRENT["seen"]:
@@ -117,6 +139,8 @@ class DurableBackend:
                     _CURRENT["seen"].add(fact["key"])
                     f = dict(fact)
                     f["sid"] = sid
+                    _CURRENT["asserted"].append(f)
+                    started = True
                     try:
                         host.assert_fact(self._name, f)
                     except de.MessageNotHandledException:
@@ -126,16 +150,19 @@ class DurableBackend:
                     if _CURRENT["error"]:
                         break
                 error = _CURRENT["error"]
-                state = host.get_state(self._name, sid)
+                try:
+                    state = host.get_state(self._name, sid) if started else None
+                except Exception:
+                    state = None  # error 309: no fact was kept, so the session has no state
                 if not error and isinstance(state, dict) and state.get("$error"):
                     error = str(state["$error"])
             except Exception as e:
                 error = f"{type(e).__name__}: {e}"
             finally:
-                try:
-                    host.delete_state(self._name, sid)
-                except Exception:
-                    pass
+                # delete_state segfaults when a rule holds a partial match (measured on 2.0.28), so a
+                # finished session is emptied by retracting its facts instead, lazily: before the next
+                # diagnosis in this process. A one-shot CLI run never pays for it.
+                _PENDING.append((self._name, _CURRENT.get("asserted", [])))
                 _CURRENT.clear()
             if error:
                 raise EngineError(error)

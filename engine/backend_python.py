@@ -118,7 +118,7 @@ class PythonBackend:
             kind = fact.get("kind")
             new: list[Fact] = []
             # Semi-naive evaluation: each combination fires when its last fact arrives.
-            for ri, pi in self._by_kind.get(kind, ()) + self._by_kind.get(None, ()):
+            for ri, pi in self._by_kind.get(kind, []) + self._by_kind.get(None, []):
                 rname, pats = self._rules[ri]
                 for bindings in self._combos(pats, pi, fact, store):
                     new += self._action(rname, bindings)

@@ -104,7 +104,7 @@ def compile_rule(kb: KnowledgeBase, rule: Rule) -> tuple[dict[str, Any], ActionS
             guards[pname] += [{"$gte": {"ts": 0.0}}, {"$gt": {"ts": {ref: "ts"}}}]
             guards[ref].append({"$gte": {"ts": 0.0}})
     for pname, pat in when.items():
-        cond = compile_condition(pat["kind"], pat["match"], kb.params, kb, guards[pname])
+        cond = compile_condition(pat["kind"], pat.get("match", {}), kb.params, kb, guards[pname])
         patterns.append({pname: cond})
     then = spec["then"]
     weight = float(then.get("weight", 0.0))

@@ -1,0 +1,1032 @@
+"""Streaming multi-pattern log scanner.
+
+One pass over each file, in bounded chunks, reporting which lines match which signature patterns.
+
+Design (why it looks the way it does):
+
+* Files are read in chunks (default 8 MiB) and cut into *segments* of whole lines: the partial last line of a
+  chunk is carried into the next one, so line numbers stay exact across chunk boundaries.  A line longer
+  than 1 MiB is never held whole: only its first 1 MiB is kept (and matched), the rest is skipped while
+  looking for the next newline, and an issue is recorded.
+* Matching is byte-oriented on UTF-8 input: patterns are compiled as *bytes* patterns from their UTF-8
+  encoding, so a non-ASCII literal such as ``已杀死`` matches its UTF-8 bytes and invalid UTF-8 in the log
+  cannot break anything.  Text is decoded (``errors="replace"``) only for reported lines.
+* Semantics are per line: a pattern hits line L iff ``re.search(pattern, L)`` finds a match, where L is the
+  line without its terminator (LF or CR LF) and capped at 1 MiB.  ``^``/``$``/``\\A``/``\\Z`` therefore
+  mean line start/end.  Both engines only produce *candidate* lines cheaply over a whole segment and then
+  confirm each candidate with Python ``re`` on that line alone; confirmation is also what yields the named
+  groups.  Candidates are always a superset of the true hits, so the engines agree with the per-line
+  reference by construction.
+* Hyperscan engine: every pattern P is compiled as ``(?:P)[^\\n]*$`` in multi-line mode.  Hyperscan reports
+  each distinct match end once per pattern, and with that suffix every match on a line ends at the line
+  end, so there is at most one callback per (line, pattern) -- the Python callback is the expensive part,
+  so this matters for chatty patterns such as progress lines.
+* Pure-Python engine: for each pattern, a literal that every match must contain is extracted from the parse
+  tree; ``bytes.find`` (a fast C search) over the segment then yields the candidate lines.  Patterns
+  without such a literal run ``re.search`` over the segment in multi-line mode, one candidate line per
+  match, resuming at the next line.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import concurrent.futures.process
+import io
+import os
+import re
+import stat
+import sys
+import threading
+import time
+import zlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO
+
+try:  # the fast engine is optional: everything works without it, just slower
+    import hyperscan as _hs
+except ImportError:  # pragma: no cover - depends on the environment
+    _hs = None
+
+try:  # .zst support is optional
+    import zstandard as _zstd
+except ImportError:  # pragma: no cover - depends on the environment
+    _zstd = None
+
+try:  # the regex parser is private API; it is only used to find a literal prefilter, so failure is harmless
+    from re import _parser as _sre_parse  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover - Python 3.10
+    import sre_parse as _sre_parse  # type: ignore[no-redef]
+
+__all__ = [
+    "DEFAULT_CHUNK_SIZE",
+    "LINE_MATCH_CAP",
+    "TEXT_CHARS",
+    "Hit",
+    "Pattern",
+    "ScanResult",
+    "Scanner",
+    "hyperscan_available",
+    "scan_paths",
+]
+
+LINE_MATCH_CAP = 1 << 20  # a line is matched on its first 1 MiB only (memory bound for newline-less data)
+TEXT_CHARS = 4096  # Hit.text / tail text cap, in characters
+_TEXT_BYTES = 4 * TEXT_CHARS  # a UTF-8 char is at most 4 bytes: decoding this many bytes yields >= 4096 chars
+# 1 MiB: measured faster than 4-16 MiB (the chunk stays in CPU cache across read, count and match passes,
+# and big buffers cost page faults on every allocation), while per-chunk Python overhead is still negligible.
+DEFAULT_CHUNK_SIZE = 1 << 20
+BINARY_PROBE = 64 << 10  # binary detection looks at the first 64 KiB of (decompressed) content
+PROGRESS_MIN_BYTES = 256 << 20  # only files larger than this get a progress display (and only on a TTY)
+_COMPRESSED_READ = 256 << 10  # compressed bytes fed per decompress call
+_ZSTD_FEED = 64 << 10  # zstd's decompressobj has no output cap: small inputs keep each output small
+_MAX_LONG_LINE_ISSUES = 20  # beyond this, over-long lines are summarised in one issue
+_NUMPY_MIN = 64 << 10  # below this, bytes.count beats numpy's per-call overhead
+_GZIP_MAGIC = b"\x1f\x8b"
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+
+
+@dataclass(frozen=True)
+class Pattern:
+    id: str  # signature id
+    regex: str  # Python re syntax, no lookaround/backrefs (hyperscan-compatible); may contain (?P<name>...)
+    ignore_case: bool = False
+    keep: str = "all"  # "all": every hit (up to max_hits) | "last": only the last hit (progress lines)
+    max_hits: int = 1000  # per file; beyond it hits are only counted
+
+
+@dataclass(frozen=True)
+class Hit:
+    pattern: int  # index into the scanner's pattern list
+    line_no: int  # 1-based physical line number in the (decompressed) file
+    text: str  # the line, UTF-8 decoded with errors="replace", no terminator, capped at 4096 chars
+    groups: dict[str, str]  # named groups from the Python `re` confirmation (None groups omitted)
+
+
+@dataclass
+class ScanResult:
+    path: str
+    hits: list[Hit] = field(default_factory=list)  # sorted by (line_no, pattern)
+    counts: dict[int, int] = field(default_factory=dict)  # pattern index -> total hits incl. beyond max_hits
+    total_lines: int = 0
+    tail: list[tuple[int, str]] = field(default_factory=list)  # last `tail_lines` lines (line_no, text)
+    bytes_read: int = 0  # compressed bytes read from disk
+    binary: bool = False  # content looks binary (NUL bytes / mostly undecodable in the first 64 KiB)
+    truncated: bool = False  # e.g. compressed stream ended early (data kept up to there)
+    issues: list[str] = field(default_factory=list)  # one-liners about what could not be read
+    engine: str = ""  # "hyperscan <version>" or "python-re"
+
+
+_np: Any = None  # numpy, imported lazily (it costs ~0.1 s to import) the first time a big segment shows up
+_np_tried = False
+
+
+def _count_newlines(buf: bytes, start: int = 0, end: int | None = None) -> int:
+    """Newlines in buf[start:end].  Counting lines is a full pass over the data, and bytes.count is a scalar
+    loop; numpy's vectorised compare is ~2.5x faster, so it is used when importable (optional)."""
+    global _np, _np_tried
+    stop = len(buf) if end is None else end
+    if stop - start >= _NUMPY_MIN:
+        if not _np_tried:
+            _np_tried = True
+            try:
+                import numpy
+
+                _np = numpy
+            except ImportError:  # pragma: no cover - depends on the environment
+                _np = None
+        if _np is not None:
+            view = _np.frombuffer(buf, dtype=_np.uint8, count=stop - start, offset=start)
+            return int(_np.count_nonzero(view == 10))
+    return buf.count(b"\n", start, stop)
+
+
+def hyperscan_available() -> bool:
+    """True when the hyperscan module is importable (engine "auto" then uses it)."""
+    return _hs is not None
+
+
+# --------------------------------------------------------------------------------------------------------
+# Pattern preparation
+
+
+_LEADING_FLAGS = re.compile(r"\(\?([aiLmsux]+)\)")
+
+
+def _split_leading_flags(regex: str) -> tuple[str, str]:
+    """Split global inline flags such as ``(?i)`` off the front of a regex: ``("is", rest)``."""
+    flags = ""
+    pos = 0
+    while True:
+        m = _LEADING_FLAGS.match(regex, pos)
+        if m is None:
+            return flags, regex[pos:]
+        flags += m.group(1)
+        pos = m.end()
+
+
+def _line_anchored(regex: str) -> str:
+    """Rewrite constructs whose meaning differs between "one line" and "a multi-line segment".
+
+    Candidate search runs over a whole segment in multi-line mode, where ``\\A``/``\\Z`` would mean segment
+    start/end; per line they mean line start/end, i.e. ``^``/``$``.  Python's ``{,n}`` is also spelled
+    ``{0,n}`` because PCRE (hyperscan) reads ``{,n}`` as literal text.  Character classes are copied as-is.
+    """
+    out: list[str] = []
+    i, n = 0, len(regex)
+    in_class = False
+    while i < n:
+        c = regex[i]
+        if c == "\\" and i + 1 < n:
+            nxt = regex[i + 1]
+            if not in_class and nxt == "A":
+                out.append("^")
+            elif not in_class and nxt == "Z":
+                out.append("$")
+            else:
+                out.append(regex[i : i + 2])
+            i += 2
+            continue
+        if in_class:
+            if c == "]":
+                in_class = False
+            out.append(c)
+            i += 1
+            continue
+        if c == "[":
+            in_class = True
+            out.append(c)
+            i += 1
+            if i < n and regex[i] == "^":
+                out.append("^")
+                i += 1
+            if i < n and regex[i] == "]":  # a ']' first in a class is a literal
+                out.append("]")
+                i += 1
+            continue
+        if c == "{":
+            m = re.compile(r"\{,(\d+)\}").match(regex, i)
+            if m:
+                out.append("{0," + m.group(1) + "}")
+                i = m.end()
+                continue
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
+def _required_literal(compiled: re.Pattern[bytes]) -> tuple[bytes, bool] | None:
+    """A byte string that every match of `compiled` contains, and whether to look for it case-folded.
+
+    Only the top-level concatenation (and plain groups in it) is considered: each element there is
+    matched exactly once, so a run of consecutive literal bytes is required.  The longest run wins.
+    Returns None when nothing useful is found, or when the private parser API misbehaves.
+    """
+    try:
+        parsed = _sre_parse.parse(compiled.pattern, compiled.flags)
+        icase = bool(parsed.state.flags & re.IGNORECASE)
+        literal_op = _sre_parse.LITERAL
+        subpattern_op = _sre_parse.SUBPATTERN
+        runs: list[bytes] = []
+        cur = bytearray()
+
+        def walk(items: Any) -> None:
+            nonlocal cur
+            for op, av in items:
+                if op == literal_op:
+                    cur.append(av)
+                elif op == subpattern_op and not av[1] and not av[2]:  # (group, add_flags, del_flags, p)
+                    walk(av[3])
+                else:
+                    runs.append(bytes(cur))
+                    cur = bytearray()
+
+        walk(parsed)
+        runs.append(bytes(cur))
+        best = max(runs, key=len)
+        if not best or b"\n" in best:
+            return None
+        return (best.lower() if icase else best), icase
+    except Exception:  # private API: having no prefilter is always a correct fallback
+        return None
+
+
+@dataclass
+class _Compiled:
+    confirm: re.Pattern[bytes]  # original regex, run on one line: decides hits and yields groups
+    candidate: re.Pattern[bytes]  # multi-line form for segment-wide search (python engine)
+    literal: bytes | None  # required literal for the python engine's prefilter
+    literal_icase: bool
+    keep_last: bool
+    max_hits: int
+
+
+def _compile_python(index: int, p: Pattern) -> _Compiled:
+    if p.keep not in ("all", "last"):
+        raise ValueError(f"pattern {p.id}: keep must be 'all' or 'last', not {p.keep!r}")
+    if p.max_hits < 0:
+        raise ValueError(f"pattern {p.id}: max_hits must be >= 0")
+    flags = re.IGNORECASE if p.ignore_case else 0
+    try:
+        source = p.regex.encode("utf-8")
+        confirm = re.compile(source, flags)
+        candidate = re.compile(_line_anchored(p.regex).encode("utf-8"), flags | re.MULTILINE)
+    except (re.error, UnicodeEncodeError, OverflowError, RecursionError) as e:
+        raise ValueError(f"pattern {p.id}: {e}") from None
+    # An empty-matching pattern would hit every line (and hyperscan refuses most of them): treat as a bug.
+    if confirm.search(b"") is not None:
+        raise ValueError(f"pattern {p.id}: matches the empty string")
+    lit = _required_literal(confirm)
+    return _Compiled(
+        confirm=confirm,
+        candidate=candidate,
+        literal=lit[0] if lit else None,
+        literal_icase=lit[1] if lit else False,
+        keep_last=p.keep == "last",
+        max_hits=p.max_hits,
+    )
+
+
+def _has_end_anchor(regex: str) -> bool:
+    """Whether `regex` (already through _line_anchored) contains ``$`` or ``\\z`` outside a class."""
+    i, n = 0, len(regex)
+    in_class = False
+    while i < n:
+        c = regex[i]
+        if c == "\\":
+            if not in_class and regex[i + 1 : i + 2] in ("z", "Z"):
+                return True
+            i += 2
+            continue
+        if in_class:
+            in_class = c != "]"
+        elif c == "[":
+            in_class = True
+            i += 1
+            if regex[i : i + 1] == "^":
+                i += 1
+            if regex[i : i + 1] == "]":
+                i += 1
+            continue
+        elif c == "$":
+            return True
+        i += 1
+    return False
+
+
+def _hyperscan_expression(p: Pattern) -> bytes:
+    """``(?:P)[^\\n]*\\n``: the hyperscan form of a pattern without end anchors.
+
+    Every match on a line then ends just after that line's newline, and hyperscan reports each distinct end
+    offset once per pattern, so there is at most one callback per (line, pattern): the Python callback is
+    the expensive part, so this matters for chatty patterns such as progress lines.  The scanned buffer
+    always ends with a newline (one is appended to an unterminated last line).
+
+    Patterns with ``$`` are not given to hyperscan at all: hyperscan 5.4 misses some matches of an end
+    anchor right before the buffer's final newline (e.g. ``(?:aa|b)$`` on ``"abababababa\\nabab\\n"``),
+    and rejects end anchors inside a wrapper like this one.
+    """
+    flags, rest = _split_leading_flags(p.regex)
+    # Python-only global flags: a (ASCII) and L (locale) are moot for bytes, u is invalid for bytes anyway;
+    # m is what we always do.
+    flags = "".join(sorted(set(flags) - set("aLum")))
+    head = f"(?{flags})" if flags else ""
+    # In verbose mode a trailing "# comment" would swallow our ")": a newline ends it (and is ignored).
+    close = "\n)" if "x" in flags else ")"
+    return (head + "(?:" + _line_anchored(rest) + close + r"[^\n]*\n").encode("utf-8")
+
+
+def _hyperscan_flags(p: Pattern) -> int:
+    assert _hs is not None
+    flags = _hs.HS_FLAG_MULTILINE
+    if p.ignore_case:
+        flags |= _hs.HS_FLAG_CASELESS
+    return flags
+
+
+def _hyperscan_version() -> str:
+    assert _hs is not None
+    return str(getattr(_hs, "__version__", "unknown"))
+
+
+# --------------------------------------------------------------------------------------------------------
+# Per-file state: line assembly, matching, bookkeeping
+
+
+class _FileScan:
+    """Accumulates one file's results from a stream of arbitrary byte chunks."""
+
+    def __init__(self, scanner: Scanner, path: str) -> None:
+        self.sc = scanner
+        self.res = ScanResult(path=path, engine=scanner.engine)
+        n = len(scanner.patterns)
+        self.counts = [0] * n
+        self.hits: list[list[tuple[int, bytes, dict[str, bytes | None]]]] = [[] for _ in range(n)]
+        self.last: list[tuple[int, bytes, dict[str, bytes | None]] | None] = [None] * n
+        self.lines = 0  # complete lines processed so far
+        self.tail: collections.deque[tuple[int, bytes]] = collections.deque(maxlen=max(0, scanner.tail_lines))
+        self.carry: list[bytes] = []  # pieces of the current partial line (always < LINE_MATCH_CAP + 2 bytes)
+        self.carry_len = 0
+        self.long_head: bytes | None = None  # first LINE_MATCH_CAP bytes of an over-long line being skipped
+        self.long_len = 0
+        self.long_cr = False  # whether the skipped line's last byte so far is a CR (of a CR LF)
+        self.long_lines = 0
+        self.probe = bytearray()
+
+    # -- chunk intake ---------------------------------------------------------------------------------
+
+    def feed(self, chunk: bytes) -> None:
+        if not chunk:
+            return
+        if len(self.probe) < BINARY_PROBE:
+            self.probe += chunk[: BINARY_PROBE - len(self.probe)]
+        if self.long_head is not None:  # inside an over-long line: skip to its newline
+            nl = chunk.find(b"\n")
+            if nl < 0:
+                self.long_len += len(chunk)
+                self.long_cr = chunk.endswith(b"\r")
+                return
+            self.long_len += nl
+            if nl:
+                self.long_cr = chunk[nl - 1] == 13
+            self._finish_long_line()
+            chunk = chunk[nl + 1 :]
+            if not chunk:
+                return
+        last = chunk.rfind(b"\n")
+        if last < 0:
+            self.carry.append(chunk)
+            self.carry_len += len(chunk)
+            if self.carry_len > LINE_MATCH_CAP + 1:  # > cap even without a CR: an over-long line
+                head = b"".join(self.carry)
+                self.long_head, self.long_len = head[:LINE_MATCH_CAP], len(head)
+                self.long_cr = head.endswith(b"\r")
+                self.carry, self.carry_len = [], 0
+            return
+        if self.carry:
+            seg = b"".join(self.carry) + chunk[: last + 1]
+        else:
+            seg = chunk if last == len(chunk) - 1 else chunk[: last + 1]
+        rest = chunk[last + 1 :]
+        self.carry, self.carry_len = ([rest], len(rest)) if rest else ([], 0)
+        self._lines(seg, final=False)
+        if self.carry_len > LINE_MATCH_CAP + 1:
+            self.long_head, self.long_len = rest[:LINE_MATCH_CAP], len(rest)
+            self.long_cr = rest.endswith(b"\r")
+            self.carry, self.carry_len = [], 0
+
+    def finish(self) -> ScanResult:
+        if self.long_head is not None:
+            self._finish_long_line()
+        elif self.carry:
+            self._lines(b"".join(self.carry), final=True)
+            self.carry, self.carry_len = [], 0
+        return self._result()
+
+    # -- line handling --------------------------------------------------------------------------------
+
+    def _finish_long_line(self) -> None:
+        assert self.long_head is not None
+        head, length = self.long_head, self.long_len - self.long_cr  # a CR LF's CR is not content
+        self.long_head, self.long_len, self.long_cr = None, 0, False
+        self._note_long_line(self.lines + 1, length)
+        self._segment(head + b"\n")
+
+    def _note_long_line(self, line_no: int, length: int) -> None:
+        self.long_lines += 1
+        if self.long_lines <= _MAX_LONG_LINE_ISSUES:
+            self.res.issues.append(f"line {line_no} is {length} bytes; matched on its first 1 MiB only")
+
+    def _lines(self, seg: bytes, final: bool) -> None:
+        """Process whole lines (the last one unterminated only at EOF), splitting out over-long lines."""
+        n = len(seg)
+        window = LINE_MATCH_CAP + 1
+        start = p = 0  # start: first byte not yet processed; p: a line start being checked
+        while p < n:
+            # Any newline in the next `window` bytes means every line up to it is short enough.
+            q = seg.rfind(b"\n", p, p + window)
+            if q >= 0:
+                p = q + 1
+                continue
+            if p + window > n:  # the rest is one line shorter than the window
+                break
+            e = seg.find(b"\n", p + window)
+            end = n if e < 0 else e
+            length = end - p
+            if seg[end - 1 : end] == b"\r" and (e >= 0 or final):
+                length -= 1  # the CR of CR LF is terminator, not content
+            if length > LINE_MATCH_CAP:
+                if start < p:
+                    self._segment(seg[start:p])
+                self._note_long_line(self.lines + 1, length)
+                self._segment(seg[p : p + LINE_MATCH_CAP] + b"\n")
+                start = end + 1
+            p = end + 1
+        if start < n:
+            self._segment(seg if start == 0 else seg[start:])
+
+    def _segment(self, seg: bytes) -> None:
+        """Match a run of whole lines; `seg` ends with a newline unless it holds the file's last line."""
+        unterminated = not seg.endswith(b"\n")  # only the file's last line may lack a newline
+        if b"\r" in seg:  # CR LF -> LF once per segment, so neither `$` nor texts ever see the CR
+            seg = seg.replace(b"\r\n", b"\n")
+            if unterminated and seg.endswith(b"\r"):  # a final line cut inside its CR LF
+                seg = seg[:-1]
+        sc = self.sc
+        npat = len(sc.patterns)
+        keys = sc._candidates(seg)
+        base = self.lines
+        counted_to = 0  # newlines in seg[:counted_to] are already counted ...
+        newlines = 0  # ... and this is how many there are
+        prev_key = -1
+        line_start = -1
+        line = b""
+        for key in keys:
+            if key == prev_key:
+                continue
+            prev_key = key
+            end, idx = divmod(key, npat)
+            start = seg.rfind(b"\n", 0, end) + 1
+            if start != line_start:
+                line_start, line = start, seg[start:end]
+            m = sc._compiled[idx].confirm.search(line)
+            if m is None:
+                continue
+            if end != counted_to:  # count newlines lazily: one pass over the segment in total
+                newlines += _count_newlines(seg, counted_to, end)
+                counted_to = end
+            self._record(idx, base + newlines + 1, line, m)
+        newlines += _count_newlines(seg, counted_to)
+        nlines = newlines + (1 if unterminated else 0)
+        self.lines = base + nlines
+        self._keep_tail(seg, nlines, unterminated)
+
+    def _record(self, idx: int, line_no: int, line: bytes, m: re.Match[bytes]) -> None:
+        self.counts[idx] += 1
+        comp = self.sc._compiled[idx]
+        if comp.keep_last:
+            self.last[idx] = (line_no, line[:_TEXT_BYTES], m.groupdict())
+        elif len(self.hits[idx]) < comp.max_hits:
+            self.hits[idx].append((line_no, line[:_TEXT_BYTES], m.groupdict()))
+
+    def _keep_tail(self, seg: bytes, nlines: int, unterminated: bool) -> None:
+        want = min(self.tail.maxlen or 0, nlines)
+        if not want:
+            return
+        items: list[tuple[int, bytes]] = []
+        line_no = self.lines
+        end = len(seg) if unterminated else len(seg) - 1
+        for _ in range(want):
+            start = seg.rfind(b"\n", 0, end) + 1
+            items.append((line_no, seg[start : min(end, start + _TEXT_BYTES)]))
+            line_no -= 1
+            end = start - 1
+        self.tail.extend(reversed(items))
+
+    # -- result ---------------------------------------------------------------------------------------
+
+    def _result(self) -> ScanResult:
+        res = self.res
+        if self.long_lines > _MAX_LONG_LINE_ISSUES:
+            res.issues.append(
+                f"{self.long_lines - _MAX_LONG_LINE_ISSUES} more lines longer than 1 MiB "
+                "(matched on their first 1 MiB only)"
+            )
+        hits: list[Hit] = []
+        for idx in range(len(self.counts)):
+            raw = self.hits[idx]
+            last = self.last[idx]
+            if last is not None:
+                raw = [last]
+            hits.extend(Hit(idx, line_no, _text(b), _groups(g)) for line_no, b, g in raw)
+        hits.sort(key=lambda h: (h.line_no, h.pattern))
+        res.hits = hits
+        res.counts = {i: c for i, c in enumerate(self.counts) if c}
+        res.total_lines = self.lines
+        res.tail = [(ln, _text(b)) for ln, b in self.tail]
+        verdict = _binary_verdict(bytes(self.probe))
+        if verdict:
+            res.binary = True
+            res.issues.append(f"content looks binary ({verdict} in the first 64 KiB); scanned anyway")
+        return res
+
+
+def _text(b: bytes) -> str:
+    return b[:_TEXT_BYTES].decode("utf-8", "replace")[:TEXT_CHARS]
+
+
+def _groups(g: dict[str, bytes | None]) -> dict[str, str]:
+    return {k: _text(v) for k, v in g.items() if v is not None}
+
+
+def _binary_verdict(probe: bytes) -> str | None:
+    if not probe:
+        return None
+    if b"\x00" in probe:
+        return "NUL bytes"
+    text = probe.decode("utf-8", "replace")
+    if text.count("\ufffd") > 0.3 * len(text):
+        return "mostly invalid UTF-8"
+    return None
+
+
+# --------------------------------------------------------------------------------------------------------
+# Sources: plain / gzip / zstd, all as a stream of decompressed chunks
+
+
+class _SourceError(Exception):
+    """A read problem after some data was delivered: the scan keeps what it has."""
+
+
+def _plain_chunks(fh: BinaryIO, head: bytes, chunk_size: int) -> Iterator[bytes]:
+    if head:
+        yield head
+    read = fh.read
+    while True:
+        chunk = read(chunk_size)
+        if not chunk:
+            return
+        yield chunk
+
+
+def _gzip_chunks(fh: BinaryIO, head: bytes, chunk_size: int, state: dict[str, Any]) -> Iterator[bytes]:
+    """Stream-decompress (possibly multi-member) gzip with output capped per call (gzip bombs stay bounded).
+
+    zlib is used directly rather than the gzip module so that a truncated stream still yields everything
+    decompressed up to the cut, and trailing garbage is tolerated.
+    """
+    d = zlib.decompressobj(zlib.MAX_WBITS | 16)
+    pending = head
+    started = False
+    while True:
+        if not pending:
+            pending = fh.read(_COMPRESSED_READ)
+            if not pending:
+                break
+        if d.eof:  # a member ended: another member, zero padding, or garbage follows
+            if not pending.strip(b"\x00"):
+                pending = b""
+                continue
+            if not (pending.startswith(_GZIP_MAGIC) or (len(pending) == 1 and pending == _GZIP_MAGIC[:1])):
+                state["trailing_garbage"] = True
+                return
+            d = zlib.decompressobj(zlib.MAX_WBITS | 16)
+            started = False
+        try:
+            out = d.decompress(pending, chunk_size)
+        except zlib.error as e:
+            state["corrupt"] = str(e)
+            return
+        started = True
+        pending = d.unused_data if d.eof else d.unconsumed_tail
+        if out:
+            yield out
+    # Input exhausted: drain output zlib may still hold (bounded per call), then check completeness.
+    while started and not d.eof:
+        try:
+            out = d.decompress(b"", chunk_size)
+        except zlib.error as e:
+            state["corrupt"] = str(e)
+            return
+        if not out:
+            break
+        yield out
+    if started and not d.eof:
+        state["truncated"] = True
+
+
+def _zstd_chunks(fh: BinaryIO, head: bytes, state: dict[str, Any]) -> Iterator[bytes]:
+    assert _zstd is not None
+    dctx = _zstd.ZstdDecompressor()
+    d = dctx.decompressobj()
+    pending = head
+    started = False
+    while True:
+        if not pending:
+            pending = fh.read(_COMPRESSED_READ)
+            if not pending:
+                break
+        if d.eof:  # one frame done; the next frame needs a fresh decompression object
+            if not pending.strip(b"\x00"):
+                pending = b""
+                continue
+            d = dctx.decompressobj()
+            started = False
+        piece, pending = pending[:_ZSTD_FEED], pending[_ZSTD_FEED:]
+        try:
+            out = d.decompress(piece)
+        except _zstd.ZstdError as e:
+            state["corrupt"] = str(e)
+            return
+        started = True
+        if d.eof:
+            pending = d.unused_data + pending
+        if out:
+            yield out
+    if started and not d.eof:
+        state["truncated"] = True
+
+
+# --------------------------------------------------------------------------------------------------------
+# Scanner
+
+
+class Scanner:
+    """Compiled set of patterns; scan files or byte strings with it.
+
+    engine: "auto" (hyperscan when importable, else pure Python), "python", or "hyperscan" (required).
+    chunk_size: bytes read per step (tests use tiny values to force chunk boundaries everywhere).
+    progress: allow the TTY progress display (files > 256 MiB, stderr a TTY); scan_paths' workers disable it.
+    """
+
+    def __init__(
+        self,
+        patterns: Sequence[Pattern],
+        tail_lines: int = 200,
+        engine: str = "auto",
+        *,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        progress: bool = True,
+    ) -> None:
+        if engine not in ("auto", "python", "hyperscan"):
+            raise ValueError(f"engine must be 'auto', 'python' or 'hyperscan', not {engine!r}")
+        if chunk_size < 1:
+            raise ValueError("chunk_size must be >= 1")
+        if engine == "hyperscan" and _hs is None:
+            raise ValueError("engine 'hyperscan' requested but the hyperscan module is not importable")
+        self.patterns: tuple[Pattern, ...] = tuple(patterns)
+        self.tail_lines = tail_lines
+        self.chunk_size = chunk_size
+        self.progress = progress
+        self._requested_engine = engine
+        # Python `re` compiles are needed by both engines (confirmation and groups), so both validate.
+        self._compiled = [_compile_python(i, p) for i, p in enumerate(self.patterns)]
+        self._db: Any = None
+        self._py_idx: list[int] = list(range(len(self.patterns)))  # patterns found via the Python path
+        self._tls = threading.local()
+        if _hs is not None and engine != "python":
+            self._db, self._py_idx = self._compile_hyperscan()
+            self.engine = f"hyperscan {_hyperscan_version()}"
+        else:
+            self.engine = "python-re"
+
+    # Scanners travel to worker processes by their constructor arguments (hyperscan databases don't pickle).
+    def __getstate__(self) -> dict[str, Any]:
+        return {
+            "patterns": self.patterns,
+            "tail_lines": self.tail_lines,
+            "engine": self._requested_engine,
+            "chunk_size": self.chunk_size,
+            "progress": self.progress,
+        }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(  # type: ignore[misc]
+            state["patterns"],
+            state["tail_lines"],
+            state["engine"],
+            chunk_size=state["chunk_size"],
+            progress=state["progress"],
+        )
+
+    # -- engines --------------------------------------------------------------------------------------
+
+    def _compile_hyperscan(self) -> tuple[Any, list[int]]:
+        """Database for the patterns hyperscan can take, and the indices left to the Python path."""
+        assert _hs is not None
+        hs_idx: list[int] = []
+        py_idx: list[int] = []
+        for i, p in enumerate(self.patterns):
+            (py_idx if _has_end_anchor(_line_anchored(p.regex)) else hs_idx).append(i)
+        exprs = {i: _hyperscan_expression(self.patterns[i]) for i in hs_idx}
+        flags = {i: _hyperscan_flags(self.patterns[i]) for i in hs_idx}
+
+        def build(idx: list[int]) -> Any:
+            db = _hs.Database(mode=_hs.HS_MODE_BLOCK)
+            db.compile(
+                expressions=[exprs[i] for i in idx], ids=idx, elements=len(idx), flags=[flags[i] for i in idx]
+            )
+            return db
+
+        if not hs_idx:
+            return None, py_idx
+        try:
+            return build(hs_idx), py_idx
+        except _hs.error:
+            pass
+        # Compile one by one to find the culprit (only on this error path, so the cost doesn't matter).
+        keep: list[int] = []
+        for i in hs_idx:
+            try:
+                build([i])
+                keep.append(i)
+            except _hs.error as e:
+                if "can never match" in str(e):  # e.g. a\bb: no line can match it, so drop it
+                    continue
+                raise ValueError(f"pattern {self.patterns[i].id}: hyperscan: {e}") from None
+        if not keep:
+            return None, py_idx
+        try:
+            return build(keep), py_idx
+        except _hs.error as e:
+            raise ValueError(f"hyperscan could not compile the pattern set: {e}") from None
+
+    def _candidates(self, seg: bytes) -> list[int]:
+        """Sorted keys ``line_end * npat + index`` of candidate (line, pattern) pairs in `seg`.
+
+        line_end is the offset of the newline ending the line (len(seg) for an unterminated last line).
+        Duplicates are possible; the caller confirms every candidate.
+        """
+        keys = self._candidates_py(seg, self._py_idx) if self._py_idx else []
+        if self._db is not None:
+            keys.extend(self._candidates_hs(seg))
+        keys.sort()
+        return keys
+
+    def _candidates_hs(self, seg: bytes) -> list[int]:
+        assert _hs is not None
+        # Scratch space may not be shared between concurrent scans: one per thread.
+        scratch = getattr(self._tls, "scratch", None)
+        if scratch is None:
+            scratch = self._tls.scratch = _hs.Scratch(self._db)
+        keys: list[int] = []
+        append = keys.append
+        npat = len(self.patterns)
+
+        def on_match(idx: int, _from: int, to: int, _flags: int, _ctx: object) -> None:
+            append((to - 1) * npat + idx)  # kept minimal: it runs once per candidate (line, pattern)
+
+        # The expressions end by consuming a newline, so the last line needs one.
+        self._db.scan(
+            seg if seg.endswith(b"\n") else seg + b"\n", match_event_handler=on_match, scratch=scratch
+        )
+        return keys
+
+    def _candidates_py(self, seg: bytes, indices: list[int]) -> list[int]:
+        """Candidates with bytes.find (required literal) or re over the whole segment, per pattern."""
+        keys: list[int] = []
+        append = keys.append
+        npat = len(self.patterns)
+        n = len(seg)
+        find = seg.find
+        lowered: bytes | None = None
+        for idx in indices:
+            comp = self._compiled[idx]
+            lit = comp.literal
+            if lit is not None:
+                hay = seg
+                if comp.literal_icase:
+                    if lowered is None:
+                        lowered = seg.lower()  # ASCII-only, like re.IGNORECASE on bytes
+                    hay = lowered
+                hfind = hay.find
+                i = hfind(lit)
+                while i >= 0:
+                    end = find(b"\n", i)
+                    if end < 0:
+                        end = n
+                    append(end * npat + idx)
+                    i = hfind(lit, end + 1)
+                continue
+            search = comp.candidate.search
+            pos = 0
+            while pos <= n:
+                m = search(seg, pos)
+                if m is None:
+                    break
+                # The line where the match starts is a candidate even if the match ran on across a newline
+                # (confirmation on the line alone decides); any later line is found by resuming after it.
+                end = find(b"\n", m.start())
+                if end < 0:
+                    end = n
+                append(end * npat + idx)
+                pos = end + 1
+        return keys
+
+    # -- scanning -------------------------------------------------------------------------------------
+
+    def scan_bytes(self, data: bytes, path: str = "<bytes>") -> ScanResult:
+        """Scan an in-memory log (plain, gzip or zstd content, recognised by magic bytes)."""
+        return self._scan_stream(io.BytesIO(bytes(data)), path, len(data))
+
+    def scan_path(self, path: str | os.PathLike[str]) -> ScanResult:
+        """Scan one file; never raises for unreadable, odd or binary files: see ScanResult.issues."""
+        spath = os.fspath(path)
+        try:
+            st = os.stat(spath)
+            if stat.S_ISDIR(st.st_mode):
+                return self._failed(spath, "is a directory")
+            if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode):
+                return self._failed(spath, "not a regular file (device)")
+            fh = open(spath, "rb", buffering=0)  # noqa: SIM115 - closed in the finally below
+        except FileNotFoundError:
+            return self._failed(spath, "file not found")
+        except PermissionError:
+            return self._failed(spath, "permission denied")
+        except IsADirectoryError:
+            return self._failed(spath, "is a directory")
+        except OSError as e:
+            return self._failed(spath, f"cannot open: {e.strerror or e}")
+        try:
+            return self._scan_stream(fh, spath, st.st_size if stat.S_ISREG(st.st_mode) else 0)
+        finally:
+            fh.close()
+
+    def _failed(self, path: str, issue: str) -> ScanResult:
+        return ScanResult(path=path, issues=[issue], engine=self.engine)
+
+    def _scan_stream(self, fh: BinaryIO, path: str, size: int) -> ScanResult:
+        scan = _FileScan(self, path)
+        state: dict[str, Any] = {}
+        res = scan.res
+        try:
+            head = fh.read(4)
+        except OSError as e:
+            res.issues.append(f"read error: {e.strerror or e}")
+            return scan.finish()
+        kind = "plain"
+        if head.startswith(_GZIP_MAGIC):
+            kind = "gzip"
+            chunks = _gzip_chunks(fh, head, self.chunk_size, state)
+        elif head.startswith(_ZSTD_MAGIC):
+            kind = "zstd"
+            if _zstd is None:
+                res.bytes_read = len(head)
+                res.issues.append("zstd-compressed, but the zstandard module is not installed; not scanned")
+                return res
+            chunks = _zstd_chunks(fh, head, state)
+        else:
+            chunks = _plain_chunks(fh, head, self.chunk_size)
+        show = self.progress and size > PROGRESS_MIN_BYTES and _stderr_is_tty()
+        progress = _Progress(path, size) if show else None
+        try:
+            for chunk in chunks:
+                scan.feed(chunk)
+                if progress is not None:
+                    progress.update(_tell(fh))
+        except OSError as e:  # e.g. EIO mid-file: keep what was read
+            state["read_error"] = e.strerror or str(e)
+        except MemoryError:
+            state["read_error"] = "out of memory"
+        finally:
+            if progress is not None:
+                progress.close()
+        res.bytes_read = _tell(fh)
+        scan.finish()
+        lines = scan.lines
+        if "truncated" in state:
+            res.truncated = True
+            res.issues.append(f"{kind} stream truncated after line {lines}")
+        if "corrupt" in state:
+            res.truncated = True
+            res.issues.append(f"{kind} data corrupt after line {lines}: {state['corrupt']}")
+        if "read_error" in state:
+            res.truncated = True
+            res.issues.append(f"read error after line {lines}: {state['read_error']}")
+        if "trailing_garbage" in state:
+            res.issues.append("trailing garbage after the gzip data ignored")
+        return res
+
+
+def _tell(fh: BinaryIO) -> int:
+    try:
+        return fh.tell()
+    except (OSError, ValueError):
+        return 0
+
+
+def _stderr_is_tty() -> bool:
+    try:
+        return sys.stderr is not None and sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+class _Progress:
+    """One self-overwriting stderr line, refreshed at most twice a second."""
+
+    def __init__(self, path: str, size: int) -> None:
+        self.path = os.path.basename(path)
+        self.size = size
+        self.next = 0.0
+        self.shown = False
+
+    def update(self, pos: int) -> None:
+        now = time.monotonic()
+        if now < self.next:
+            return
+        self.next = now + 0.5
+        pct = 100.0 * pos / self.size if self.size else 0.0
+        sys.stderr.write(f"\rlogscan {self.path}: {pct:5.1f}% ({pos >> 20}/{self.size >> 20} MiB)")
+        sys.stderr.flush()
+        self.shown = True
+
+    def close(self) -> None:
+        if self.shown:
+            sys.stderr.write("\r\x1b[K")
+            sys.stderr.flush()
+
+
+# --------------------------------------------------------------------------------------------------------
+# Many files
+
+
+_worker_scanner: Scanner | None = None
+
+
+def _worker_init(state: dict[str, Any]) -> None:
+    global _worker_scanner
+    scanner = Scanner.__new__(Scanner)
+    scanner.__setstate__(dict(state, progress=False))  # several workers must not fight over one TTY line
+    _worker_scanner = scanner
+
+
+def _worker_scan(path: str) -> ScanResult:
+    assert _worker_scanner is not None
+    return _worker_scanner.scan_path(path)
+
+
+def _available_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _size_or_zero(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
+
+
+def scan_paths(scanner: Scanner, paths: Sequence[str], jobs: int | None = None) -> list[ScanResult]:
+    """Scan many files in parallel worker processes (one per core by default); results in input order.
+
+    Processes rather than threads because confirmation, bookkeeping and the pure-Python engine hold the
+    GIL.  Largest files are started first so one big log doesn't end up alone at the end.  If worker
+    processes cannot be used (sandbox, daemonic parent), threads are used instead.
+    """
+    spaths = [os.fspath(p) for p in paths]
+    if not spaths:
+        return []
+    workers = max(1, min(jobs or _available_cpus(), len(spaths)))
+    if workers == 1:
+        return [scanner.scan_path(p) for p in spaths]
+    order = sorted(range(len(spaths)), key=lambda i: -_size_or_zero(spaths[i]))
+    results: list[ScanResult | None] = [None] * len(spaths)
+    try:
+        with concurrent.futures.ProcessPoolExecutor(
+            max_workers=workers, initializer=_worker_init, initargs=(scanner.__getstate__(),)
+        ) as pool:
+            futures = {pool.submit(_worker_scan, spaths[i]): i for i in order}
+            for fut in concurrent.futures.as_completed(futures):
+                results[futures[fut]] = fut.result()
+    except (OSError, AssertionError, concurrent.futures.process.BrokenProcessPool):
+        # AssertionError: multiprocessing refuses children of daemonic processes.
+        with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as tpool:
+            futures2 = {tpool.submit(scanner.scan_path, spaths[i]): i for i in order}
+            for fut in concurrent.futures.as_completed(futures2):
+                results[futures2[fut]] = fut.result()
+    return [r for r in results if r is not None]

@@ -1,0 +1,111 @@
+"""The ``metrics`` probe (offline): metric series from every logger we know, as ``metric.trend`` facts.
+
+Sources: the run directories' metrics files (JSONL, CSV, trainer_state.json, TensorBoard events,
+wandb-summary.json) and their training logs (printed metric lines, in one Scanner pass per file; see
+metric_lines.yaml), plus logs named with ``--log``. Each trend fact states its window and datapoints; the
+series themselves stay on the Python side (``payload["series"]``) for ``diagnose --plot``.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from ..engine.facts import Fact, FactError
+from .base import Context, ProbeOutput, ProbeUnavailable
+from .metrics_parse import LineReader, read_any
+from .metrics_series import SeriesSet
+from .rundir import RunFiles, find_run_files
+from .trends import STOP_PRIORITY, Trend, detect, merge
+
+PLOT_POINTS = 2000  # per series in the payload: enough for a picture, small enough to keep around
+PLOT_METRICS = ("loss", "val_loss", "grad_norm", "loss_scale", "mem", "throughput", "data_time", "step_time")
+MAX_SOURCES = 200
+
+
+def _sources(ctx: Context) -> tuple[list[tuple[Path, str]], list[tuple[Path, str]]]:
+    """(metrics files, training logs) as (path, display) pairs."""
+    metric_files: list[tuple[Path, str]] = []
+    logs: list[tuple[Path, str]] = []
+    for root in ctx.run_dirs:
+        files: RunFiles = find_run_files(root)
+        prefix = "" if len(ctx.run_dirs) == 1 else root.name.rstrip("/") + "/"
+        metric_files += [(p, prefix + files.rel(p)) for p in files.files("metrics")]
+        logs += [(p, prefix + files.rel(p)) for p in files.files("train")]
+    logs += [(p, str(p)) for p in ctx.logs]
+    return metric_files[:MAX_SOURCES], logs[:MAX_SOURCES]
+
+
+def _downsample(xs: list[float], ys: list[float], n: int) -> list[list[float | None]]:
+    stride = max(1, math.ceil(len(xs) / n))
+    keep = set(range(0, len(xs), stride)) | {len(xs) - 1}
+    # Non-finite points must survive: they are the onset a plot marks.
+    keep |= {i for i, y in enumerate(ys) if not math.isfinite(y)}
+    return [[xs[i], ys[i] if math.isfinite(ys[i]) else None] for i in sorted(keep) if i < len(xs)][: 2 * n]
+
+
+def _payload(sets: list[SeriesSet]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for ss in sets:
+        series = {}
+        for name in PLOT_METRICS:
+            s = ss.get(name)
+            if s is not None:
+                series[name] = _downsample(s.steps, s.values, PLOT_POINTS)
+        if series:
+            out[ss.source] = {"series": series, "step_kind": ss.step_kind}
+    return out
+
+
+def _fact(ctx: Context, source: str, t: Trend, run_end: str) -> Fact | None:
+    attrs = {
+        "metric": t.metric,
+        "trend": t.trend,
+        "value": t.value if math.isfinite(t.value) else -1.0,
+        "step": t.step,
+        "window_start": t.window_start,
+        "window_end": t.window_end,
+        "points": t.points,
+        "note": t.note[:300],
+        "run_end": run_end,
+    }
+    try:
+        return ctx.registry.make("metric.trend", attrs, file=source, line=t.line, text=f"{t.trend}: {t.note}")
+    except FactError:
+        return None
+
+
+def probe_metrics(ctx: Context) -> ProbeOutput:
+    metric_files, logs = _sources(ctx)
+    if not metric_files and not logs:
+        raise ProbeUnavailable("no metrics files or training logs")
+    params = dict(getattr(ctx.kb, "params", {}) or {})
+    tail_window = int(params.get("completed_tail_lines", 40))
+    sets: list[SeriesSet] = []
+    for path, display in metric_files:
+        ss = read_any(path, display)
+        if ss is not None:
+            sets.append(ss)
+    if logs:
+        reader = LineReader()
+        for path, display in logs:
+            sets.append(reader.read(path, display, tail_window))
+    per_source = [(ss.source, detect(ss, params)) for ss in sets]
+    merged = merge(per_source)
+    run_end = max((ss.stop for ss in sets), key=lambda s: STOP_PRIORITY.get(s, 0), default="")
+    out = ProbeOutput("metrics")
+    for source, t in sorted(merged, key=lambda st: (st[1].metric, st[1].trend, st[0])):
+        f = _fact(ctx, source, t, run_end)
+        if f is not None:
+            out.facts.append(f)
+    with_points = [ss for ss in sets if ss.series]
+    issues = [i for ss in sets for i in ss.issues]
+    parsers = sorted({p for ss in with_points for p in ss.parsers})
+    out.detail = (
+        f"{len(with_points)} source(s) with metrics ({', '.join(parsers) or 'none'}); "
+        f"{len(out.facts)} trend(s)" + (f"; {'; '.join(issues[:3])}" if issues else "")
+    )
+    out.payload["series"] = _payload(with_points)
+    out.payload["trends"] = [{"source": s, **t.__dict__} for s, t in merged]
+    return out

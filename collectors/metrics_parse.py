@@ -1,0 +1,451 @@
+"""Parsers for metric series: printed log lines (one streaming Scanner pass) and structured metric files.
+
+Every parser is total: garbage yields no points (and maybe an issue string), never an exception, because a
+half-written metrics file is normal for a crashed run.
+
+>>> parse_record("hf_dict", "{'loss': nan, 'grad_norm': inf, 'learning_rate': 4.9e-05, 'epoch': 0.42}")
+{'loss': nan, 'grad_norm': inf, 'learning_rate': 4.9e-05, 'epoch': 0.42}
+>>> parse_record("pipes", " iteration   10/  100 | lm loss: 2.345E+00 | loss scale: 65536.0 | grad norm: 1.2")
+{'lm loss': 2.345, 'loss scale': 65536.0, 'grad norm': 1.2}
+>>> parse_record("colon", "Train: 3 [ 1/50 (  2%)]  Loss: 3.2 (3.4)  Time: 0.250s, 1024.00/s  Data: 0.2")
+{'Loss': 3.2, 'Time': 0.25, 'Data': 0.2, 'throughput': 1024.0}
+>>> loads_tolerant('{"a": NaN, "b": nan, "c": -Infinity, "d": "nan"}')
+{'a': nan, 'b': nan, 'c': -inf, 'd': 'nan'}
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+import math
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from . import lineinfo
+from .logscan import Pattern, Scanner
+from .metrics_series import SeriesSet, canonical, to_float
+
+CHUNK = 1 << 20
+MAX_STRUCTURED_BYTES = (
+    512 << 20
+)  # trainer_state.json and friends are read whole; beyond this they are skipped
+_NUMBER = r"[-+]?(?:nan|NaN|NAN|inf|Inf|INF|Infinity|infinity|(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)"
+_HF_PAIR = re.compile(r"'([^']{1,100})':\s*(" + _NUMBER + r")(?=[,}\s])")
+_PIPE_CELL = re.compile(r"^\s*([A-Za-z][A-Za-z0-9 _()/.-]{0,80}?)\s*:\s*(" + _NUMBER + r")\s*$")
+_COLON_PAIR = re.compile(
+    r"(?:^|\s)([A-Za-z][A-Za-z0-9_/]*(?: [a-z][a-z0-9_]*)?):\s+(" + _NUMBER + r")s?(?=[\s,(]|$)"
+)
+_RATE = re.compile(r",\s*(\d+(?:\.\d+)?)/s\b")
+_POSTFIX = re.compile(r"([A-Za-z][A-Za-z0-9_/.]{0,80})=(" + _NUMBER + r")(?=[,\]\s]|$)")
+_LOOSE = re.compile(r"([A-Za-z][A-Za-z0-9_/.]{0,80})\s*(?:[:=]\s*|\s+)(" + _NUMBER + r")(?![\w.])")
+_BARE_NONFINITE = re.compile(rb'(?<![\w"])(-?)(nan|NaN|inf|Inf|infinity|Infinity)(?![\w"])')
+_SKIP_KEYS = frozenset(
+    {
+        "step",
+        "epoch",
+        "iteration",
+        "iter",
+        "global_step",
+        "_step",
+        "_runtime",
+        "_timestamp",
+        "v_num",
+        "trainer_global_step",
+        "consumed_samples",
+        "global_batch_size",
+        "batch",
+        "total_flos",
+        "time_stamp",
+    }
+)
+
+
+_STOP_RANK = {"early_stopping": 3, "max_steps": 2, "completed": 1}
+
+
+@dataclass(frozen=True)
+class LineParser:
+    id: str
+    regex: str
+    parse: str = ""
+    stop: str = ""
+
+
+@lru_cache(maxsize=1)
+def line_parsers() -> tuple[tuple[LineParser, ...], tuple[LineParser, ...]]:
+    """(metric-line parsers, stop-line parsers) from metric_lines.yaml."""
+    text = resources.files("mldebug_rules.collectors").joinpath("metric_lines.yaml").read_text("utf-8")
+    doc = yaml.safe_load(text)
+    lines = tuple(LineParser(e["id"], e["regex"], parse=e["parse"]) for e in doc["lines"])
+    stops = tuple(LineParser(e["id"], e["regex"], stop=e["stop"]) for e in doc["stops"])
+    return lines, stops
+
+
+def parse_record(mode: str, text: str) -> dict[str, float]:
+    """Metric name -> value from one selected line, by the parser's mode."""
+    out: dict[str, float] = {}
+    pairs: list[tuple[str, str]]
+    if mode == "hf_dict":
+        pairs = _HF_PAIR.findall(text)
+    elif mode == "pipes":
+        pairs = []
+        for cell in text.split("|")[1:]:
+            m = _PIPE_CELL.match(cell)
+            if m:
+                pairs.append((m.group(1), m.group(2)))
+    elif mode == "colon":
+        head_end = text.find("]")
+        body = text[head_end + 1 :] if head_end >= 0 else text
+        pairs = _COLON_PAIR.findall(body)
+        rate = _RATE.search(body)
+        if rate:
+            pairs.append(("throughput", rate.group(1)))
+    elif mode == "postfix":
+        start = text.rfind("[")
+        pairs = _POSTFIX.findall(text[start:] if start >= 0 else text)
+    else:  # loose
+        pairs = _LOOSE.findall(text)
+    for name, raw in pairs:
+        value = to_float(raw)
+        if value is not None and name not in out:
+            out[name] = value
+    return out
+
+
+def _x_of(groups: Mapping[str, str], rec: Mapping[str, float], ordinal: int) -> tuple[float, str]:
+    """The x coordinate of a record: the logged step, else epoch*batches+batch, else the record's ordinal."""
+    step = groups.get("step")
+    if step is not None and step.isdigit():
+        return float(step), "step"
+    epoch, batch, batches = groups.get("epoch"), groups.get("batch"), groups.get("batches")
+    if epoch is not None and batch is not None and batches is not None:
+        try:
+            return float(int(epoch) * int(batches) + int(batch)), "step"
+        except ValueError:
+            pass
+    return float(ordinal), "entry"
+
+
+class LineReader:
+    """One streaming pass over a log: metric lines and stop lines, by a single Scanner.
+
+    The file is fed to ``Scanner.scan_bytes`` in segments of whole lines so that only one segment's hits are
+    ever held in memory (``scan_path`` would keep every hit of a multi-million-line log). Progress bars that
+    rewrite themselves with bare CRs are split into their updates first, keeping physical line numbers.
+    """
+
+    def __init__(self) -> None:
+        metric, stops = line_parsers()
+        self.parsers = metric + stops
+        patterns = [Pattern(p.id, p.regex, False, "all", 1 << 30) for p in self.parsers]
+        self.scanner = Scanner(patterns, tail_lines=0, progress=False)
+
+    def read(self, path: Path, display: str, tail_window: int = 40) -> SeriesSet:
+        out = SeriesSet(display)
+        ordinal = 0
+        total = 0
+        stop_hits: list[tuple[int, str]] = []
+        kinds: set[str] = set()
+        first_rank: int | None = None
+        try:
+            for seg, phys, base in _segments(path):
+                res = self.scanner.scan_bytes(seg, display)
+                seen_line = -1
+                for h in res.hits:
+                    if h.line_no == seen_line:
+                        continue  # first parser wins on a line
+                    p = self.parsers[h.pattern]
+                    line_no = base + (phys[h.line_no - 1] if phys is not None else h.line_no)
+                    if p.stop:
+                        stop_hits.append((line_no, p.stop))
+                        continue
+                    seen_line = h.line_no
+                    head = h.text[:200]
+                    rank = lineinfo.rank_of_line(h.text) if ("ank" in head or "NCCL" in head) else None
+                    if rank is not None:
+                        # Interleaved ranks would zig-zag one series: follow the first rank the file shows.
+                        first_rank = rank if first_rank is None else first_rank
+                        if rank != first_rank:
+                            continue
+                    rec = parse_record(p.parse, h.text)
+                    if not rec or "train_runtime" in rec:
+                        continue  # HF's end-of-training summary averages the whole run: not a datapoint
+                    ordinal += 1
+                    x, kind = _x_of(h.groups, rec, ordinal)
+                    kinds.add(kind)
+                    out.parsers.add(p.id)
+                    for name, value in rec.items():
+                        if canonical(name) not in _SKIP_KEYS:
+                            out.add(name, x, value, line_no)
+                total = base + (phys[-1] + 1 if phys is not None and phys else res.total_lines)
+        except (OSError, EOFError, gzip.BadGzipFile) as e:
+            out.issues.append(f"{display}: read error: {e}")
+        except (ValueError, MemoryError) as e:  # defensive: a parser bug must not sink the probe
+            out.issues.append(f"{display}: {type(e).__name__}: {e}")
+        out.step_kind = "entry" if kinds == {"entry"} else "step"
+        near_end = [(_STOP_RANK[r], ln, r) for ln, r in stop_hits if total - ln <= tail_window]
+        if near_end:  # "early stopping" then "Training completed": the specific reason wins
+            _, out.stop_line, out.stop = max(near_end)
+            out.stop_from_log = True
+        return out
+
+
+def _segments(path: Path) -> Iterator[tuple[bytes, list[int] | None, int]]:
+    """(segment of whole lines, physical-line map or None, physical lines before the segment)."""
+    opener: Any = gzip.open if path.name.endswith(".gz") else open
+    base = 0
+    carry = b""
+    with opener(path, "rb") as fh:
+        while True:
+            chunk = fh.read(CHUNK)
+            if not chunk:
+                break
+            buf = carry + chunk
+            cut = buf.rfind(b"\n")
+            if cut < 0:
+                if len(buf) > 4 * CHUNK:  # a newline-less monster: cut anyway, it is not a metric line
+                    cut = len(buf) - 1
+                else:
+                    carry = buf
+                    continue
+            seg, carry = buf[: cut + 1], buf[cut + 1 :]
+            yield (*_split_cr(seg), base)
+            base += seg.count(b"\n")
+        if carry:
+            yield (*_split_cr(carry), base)
+
+
+def _split_cr(seg: bytes) -> tuple[bytes, list[int] | None]:
+    """tqdm rewrites its bar with bare CRs: make each update a line, remembering its physical line number."""
+    norm = seg.replace(b"\r\n", b"\n")
+    if b"\r" not in norm:
+        return seg, None
+    phys: list[int] = []
+    parts: list[bytes] = []
+    for i, line in enumerate(norm.split(b"\n")):
+        pieces = [p for p in line.split(b"\r") if p] or [b""]
+        parts.extend(pieces)
+        phys.extend([i + 1] * len(pieces))
+    if norm.endswith(b"\n"):  # split() made an empty last piece for the final terminator
+        parts.pop()
+        phys.pop()
+    return b"\n".join(parts) + b"\n", phys
+
+
+# --- structured files ------------------------------------------------------------------------------------
+
+
+def loads_tolerant(text: str | bytes) -> Any:
+    """JSON that may hold bare NaN / Infinity (Python's json accepts those) or lower-case nan / inf."""
+    data = text.encode("utf-8", "replace") if isinstance(text, str) else text
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError):
+        pass
+
+    def fix(m: re.Match[bytes]) -> bytes:
+        word = m.group(2).lower()
+        return m.group(1) + (b"NaN" if word == b"nan" else b"Infinity")
+
+    return json.loads(_BARE_NONFINITE.sub(fix, data))
+
+
+def _num(v: Any) -> float | None:
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, (int, float)):
+        return float(v)
+    if isinstance(v, str) and len(v) < 40:
+        f = to_float(v)
+        if f is not None and v.strip().lower().lstrip("+-") in ("nan", "inf", "infinity"):
+            return f
+        try:
+            return float(v)
+        except ValueError:
+            return None
+    return None
+
+
+def _add_record(out: SeriesSet, rec: Mapping[str, Any], x: float, line: int) -> None:
+    for k, v in rec.items():
+        if not isinstance(k, str) or canonical(k) in _SKIP_KEYS:
+            continue
+        f = _num(v)
+        if f is not None:
+            out.add(k, x, f, line)
+
+
+def _record_x(rec: Mapping[str, Any], ordinal: int) -> tuple[float, bool]:
+    for key in ("step", "global_step", "_step", "iteration", "iter", "trainer/global_step"):
+        v = _num(rec.get(key))
+        if v is not None and math.isfinite(v):
+            return v, True
+    return float(ordinal), False
+
+
+def read_jsonl(path: Path, display: str) -> SeriesSet:
+    out = SeriesSet(display)
+    has_step = False
+    ordinal = 0
+    try:
+        opener: Any = gzip.open if path.name.endswith(".gz") else open
+        with opener(path, "rb") as fh:
+            for line_no, raw in enumerate(fh, 1):
+                if len(raw) > (1 << 20) or not raw.strip():
+                    continue
+                try:
+                    rec = loads_tolerant(raw)
+                except (ValueError, RecursionError):
+                    continue  # a torn last line of a crashed run
+                if not isinstance(rec, dict):
+                    continue
+                ordinal += 1
+                x, stepped = _record_x(rec, ordinal)
+                has_step |= stepped
+                _add_record(out, rec, x, line_no)
+    except (OSError, EOFError, gzip.BadGzipFile) as e:
+        out.issues.append(f"{display}: read error: {e}")
+    out.step_kind = "step" if has_step else "entry"
+    out.parsers.add("jsonl")
+    return out
+
+
+def read_csv(path: Path, display: str) -> SeriesSet:
+    """Lightning CSVLogger (sparse rows: train and val metrics on different rows) and generic metric CSVs."""
+    out = SeriesSet(display)
+    has_step = False
+    try:
+        with open(path, encoding="utf-8", errors="replace", newline="") as fh:
+            reader = csv.reader(fh)
+            header = next(reader, None)
+            if not header:
+                return out
+            cols = [c.strip() for c in header]
+            for row_no, row in enumerate(reader, 2):
+                if len(row) > 10000:
+                    continue
+                rec = {c: v for c, v in zip(cols, row, strict=False) if v.strip() != ""}
+                if not rec:
+                    continue
+                x, stepped = _record_x(rec, row_no - 1)
+                if not stepped and "epoch" in rec:
+                    e = _num(rec["epoch"])
+                    x = e if e is not None and math.isfinite(e) else x
+                has_step |= stepped
+                _add_record(out, rec, x, row_no)
+    except (OSError, csv.Error, UnicodeError) as e:
+        out.issues.append(f"{display}: {e}")
+    out.step_kind = "step" if has_step else "entry"
+    out.parsers.add("csv")
+    return out
+
+
+def read_trainer_state(path: Path, display: str) -> SeriesSet:
+    """HF ``trainer_state.json``: ``log_history`` (bare NaN/Infinity allowed) and the stop reason."""
+    out = SeriesSet(display)
+    out.parsers.add("trainer_state")
+    doc = _read_json(path, display, out)
+    if not isinstance(doc, dict):
+        return out
+    history = doc.get("log_history")
+    if isinstance(history, list):
+        for i, rec in enumerate(history, 1):
+            if isinstance(rec, dict) and "train_runtime" not in rec:
+                x, _ = _record_x(rec, i)
+                _add_record(out, rec, x, 0)
+    out.stop = _hf_stop_reason(doc)
+    return out
+
+
+def _hf_stop_reason(doc: Mapping[str, Any]) -> str:
+    """Early stopping is only visible in the saved state: the callback prints nothing."""
+    cbs = doc.get("stateful_callbacks")
+    if isinstance(cbs, dict):
+        es = cbs.get("EarlyStoppingCallback")
+        if isinstance(es, list):  # several instances are saved as a list
+            es = es[0] if es else None
+        if isinstance(es, dict):
+            patience = _num((es.get("args") or {}).get("early_stopping_patience"))
+            counter = _num((es.get("attributes") or {}).get("early_stopping_patience_counter"))
+            if patience is not None and counter is not None and counter >= patience > 0:
+                return "early_stopping"
+    step, max_steps = _num(doc.get("global_step")), _num(doc.get("max_steps"))
+    history = doc.get("log_history")
+    finished = isinstance(history, list) and any(
+        isinstance(r, dict) and "train_runtime" in r for r in history
+    )
+    if finished and step is not None and max_steps is not None and max_steps > 0:
+        return "max_steps" if step >= max_steps else "early_stopping"
+    return "completed" if finished else ""
+
+
+def read_wandb_summary(path: Path, display: str) -> SeriesSet:
+    """``wandb-summary.json`` holds the last value of each metric: one point each, at ``_step``."""
+    out = SeriesSet(display)
+    out.parsers.add("wandb_summary")
+    doc = _read_json(path, display, out)
+    if isinstance(doc, dict):
+        x, _ = _record_x(doc, 1)
+        _add_record(out, doc, x, 0)
+    return out
+
+
+def _read_json(path: Path, display: str, out: SeriesSet) -> Any:
+    try:
+        if path.stat().st_size > MAX_STRUCTURED_BYTES:
+            out.issues.append(f"{display}: larger than {MAX_STRUCTURED_BYTES >> 20} MiB, not read")
+            return None
+        return loads_tolerant(path.read_bytes())
+    except (OSError, ValueError, RecursionError) as e:
+        out.issues.append(f"{display}: not readable as JSON: {str(e)[:120]}")
+        return None
+
+
+def read_any(path: Path, display: str) -> SeriesSet | None:
+    """Dispatch a metrics file by name; None when the name is not a metrics format we read."""
+    low = path.name.lower()
+    if low.endswith((".jsonl", ".jsonl.gz")):
+        return read_jsonl(path, display)
+    if low == "metrics.csv" or low.endswith(".csv"):
+        return read_csv(path, display)
+    if low == "trainer_state.json":
+        return read_trainer_state(path, display)
+    if low == "wandb-summary.json":
+        return read_wandb_summary(path, display)
+    if low.startswith("events.out.tfevents."):
+        from .tfevents import read_tfevents
+
+        return read_tfevents(path, display)
+    return None
+
+
+def parse_text_lines(text: str) -> SeriesSet:
+    """Parse an in-memory log (tests and property checks)."""
+    import tempfile
+
+    with tempfile.NamedTemporaryFile("wb", suffix=".log", delete=True) as tmp:
+        tmp.write(text.encode("utf-8", "replace"))
+        tmp.flush()
+        return LineReader().read(Path(tmp.name), "<text>")
+
+
+__all__ = [
+    "LineReader",
+    "line_parsers",
+    "loads_tolerant",
+    "parse_record",
+    "parse_text_lines",
+    "read_any",
+    "read_csv",
+    "read_jsonl",
+    "read_trainer_state",
+    "read_wandb_summary",
+]

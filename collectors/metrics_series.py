@@ -1,0 +1,239 @@
+"""Metric series with bounded memory, and the canonical metric names the trend detectors look for.
+
+A series keeps every point up to ``cap``; beyond that the older part is halved by merging neighbours (the
+mean of each pair) while the last ``keep_last`` points stay raw. What trends need even after compaction is
+tracked exactly on the side: the first non-finite point (NaN onset), the extremes, and the point count.
+
+>>> s = Series("loss", cap=8, keep_last=2)
+>>> for i in range(20): s.add(i, float(i))
+>>> len(s.steps) <= 8, s.total, s.max_value, s.steps[-1]
+(True, 20, 19.0, 19.0)
+>>> s.add(20, float("nan")); s.nan_onset
+(20.0, nan, 0)
+>>> canonical("lm loss"), canonical("eval_loss"), canonical("train/grad_norm"), canonical("max mem")
+('loss', 'val_loss', 'grad_norm', 'mem')
+>>> to_float("1.5E+00"), to_float("NaN"), to_float("-inf"), to_float("0.250s"), to_float("abc")
+(1.5, nan, -inf, 0.25, None)
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+DEFAULT_CAP = 20000
+DEFAULT_KEEP_LAST = 2000
+MAX_SERIES_PER_SOURCE = 64  # a logger with thousands of per-layer scalars must not grow without bound
+
+# Canonical name -> the spellings loggers use (lower-cased, separators normalised to "_").
+_ALIASES: dict[str, tuple[str, ...]] = {
+    "loss": (
+        "loss",
+        "train_loss",
+        "lm_loss",
+        "train_lm_loss",
+        "training_loss",
+        "train_loss_step",
+        "loss_step",
+        "total_loss",
+        "objective_loss",
+    ),
+    "val_loss": (
+        "val_loss",
+        "eval_loss",
+        "validation_loss",
+        "valid_loss",
+        "val_loss_epoch",
+        "eval_lm_loss",
+        "validation_lm_loss",
+        "val_lm_loss",
+        "test_loss",
+    ),
+    "grad_norm": ("grad_norm", "gradient_norm", "grad_norm_total", "total_norm", "global_grad_norm"),
+    "lr": ("lr", "learning_rate"),
+    "loss_scale": ("loss_scale", "scale", "grad_scale", "amp_scale"),
+    "skipped_iters": ("number_of_skipped_iterations", "skipped_iterations", "skipped_steps", "skipped"),
+    "nan_iters": ("number_of_nan_iterations", "nan_iterations"),
+    "step_time": (
+        "time",
+        "batch_time",
+        "step_time",
+        "iter_time",
+        "elapsed_time_per_iteration_ms",
+        "elapsed_time_per_iteration",
+        "time_per_step",
+        "train_step_time",
+    ),
+    "data_time": ("data", "data_time", "dataloader_time", "data_wait", "data_load_time", "time_data"),
+    "mem": (
+        "max_mem",
+        "mem",
+        "mem_allocated",
+        "memory_allocated",
+        "gpu_mem",
+        "allocated",
+        "max_memory_allocated",
+        "mem_allocated_mb",
+        "memory",
+        "cuda_mem",
+        "gpu_memory",
+        "mem_gb",
+        "memory_allocated_mb",
+    ),
+    "throughput": (
+        "throughput",
+        "samples_per_second",
+        "samples_per_sec",
+        "img_s",
+        "images_per_sec",
+        "tokens_per_sec",
+        "tokens_per_second",
+        "tok_s",
+        "it_s",
+        "train_samples_per_second",
+        "rate",
+    ),
+}
+_CANON = {alias: name for name, aliases in _ALIASES.items() for alias in aliases}
+_PREFIX = re.compile(r"^(?:train|training)[/.]")
+_VAL_PREFIX = re.compile(r"^(?:val|eval|valid|validation)[/.]")
+_SEP = re.compile(r"[^a-z0-9]+")
+_NUM = re.compile(r"^[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+
+
+@lru_cache(maxsize=4096)  # a log repeats the same few names millions of times
+def canonical(name: str) -> str:
+    """The canonical metric name, or the normalised name itself when it is not one the detectors use."""
+    low = name.strip().lower()
+    val = bool(_VAL_PREFIX.match(low))
+    low = _VAL_PREFIX.sub("", _PREFIX.sub("", low))
+    key = _SEP.sub("_", low).strip("_")
+    if val:
+        return "val_" + key if key != "loss" else "val_loss"
+    return _CANON.get(key, key)
+
+
+def to_float(text: str | float | int | None) -> float | None:
+    """A number from a logged token: tolerant of units ("0.25s"), NaN/Inf spellings and thousands commas."""
+    if text is None or isinstance(text, bool):
+        return None
+    if isinstance(text, (int, float)):
+        return float(text)
+    try:  # the common case; float() also reads nan/inf/infinity in any letter case
+        return float(text)
+    except ValueError:
+        pass
+    t = text.strip().strip("'\"").replace(",", "")
+    low = t.lower()
+    if low in ("nan", "-nan", "+nan"):
+        return math.nan
+    if low in ("inf", "+inf", "infinity", "+infinity"):
+        return math.inf
+    if low in ("-inf", "-infinity"):
+        return -math.inf
+    m = _NUM.match(t)
+    if m is None:
+        return None
+    try:
+        return float(m.group(0))
+    except ValueError:
+        return None
+
+
+@dataclass
+class Series:
+    name: str
+    cap: int = DEFAULT_CAP
+    keep_last: int = DEFAULT_KEEP_LAST
+    steps: list[float] = field(default_factory=list)
+    values: list[float] = field(default_factory=list)
+    lines: list[int] = field(default_factory=list)  # source line of each point (0 when not from a line)
+    total: int = 0
+    nan_onset: tuple[float, float, int] | None = None  # (step, value, line) of the first non-finite value
+    finite_before_nan: int = 0
+    min_value: float = math.inf
+    max_value: float = -math.inf
+    compactions: int = 0
+
+    def add(self, step: float, value: float, line: int = 0) -> None:
+        step = float(step)
+        self.total += 1
+        if math.isfinite(value):
+            self.min_value = min(self.min_value, value)
+            self.max_value = max(self.max_value, value)
+        elif self.nan_onset is None:
+            self.nan_onset = (step, value, line)
+            self.finite_before_nan = self.total - 1
+        self.steps.append(step)
+        self.values.append(value)
+        self.lines.append(line)
+        if len(self.steps) > self.cap:
+            self._compact()
+
+    def _compact(self) -> None:
+        """Merge neighbour pairs in the older part; a pair with a non-finite value keeps that value (so the
+        onset stays visible on a plot), otherwise the mean."""
+        head = len(self.steps) - min(self.keep_last, self.cap // 2)
+        steps, values, lines = [], [], []
+        i = 0
+        while i + 1 < head:
+            a, b = self.values[i], self.values[i + 1]
+            if not math.isfinite(a):
+                v, ln = a, self.lines[i]
+            elif not math.isfinite(b):
+                v, ln = b, self.lines[i + 1]
+            else:
+                v, ln = (a + b) / 2.0, self.lines[i + 1]
+            steps.append(self.steps[i + 1])
+            values.append(v)
+            lines.append(ln)
+            i += 2
+        self.steps = steps + self.steps[i:]
+        self.values = values + self.values[i:]
+        self.lines = lines + self.lines[i:]
+        self.compactions += 1
+
+    def finite(self) -> tuple[list[float], list[float]]:
+        xs, ys = [], []
+        for x, y in zip(self.steps, self.values, strict=False):
+            if math.isfinite(y):
+                xs.append(x)
+                ys.append(y)
+        return xs, ys
+
+    def line_at(self, step: float) -> int:
+        for x, ln in zip(self.steps, self.lines, strict=False):
+            if x >= step:
+                return ln
+        return self.lines[-1] if self.lines else 0
+
+
+@dataclass
+class SeriesSet:
+    """All series read from one source (a file), with the stop reason that source announced."""
+
+    source: str
+    series: dict[str, Series] = field(default_factory=dict)
+    stop: str = ""  # early_stopping, max_steps, completed, or ""
+    stop_line: int = 0
+    stop_from_log: bool = False  # a stop line in a log (the lifecycle pack's signatures already read those)
+    parsers: set[str] = field(default_factory=set)
+    step_kind: str = "step"  # "step" (the logger's own step) or "entry" (ordinal of log records)
+    issues: list[str] = field(default_factory=list)
+
+    def add(self, name: str, step: float, value: float, line: int = 0) -> None:
+        key = canonical(name)
+        if key == "step_time" and value > 1e8:
+            return  # a wall-clock timestamp logged as "time", not a duration
+        s = self.series.get(key)
+        if s is None:
+            if len(self.series) >= MAX_SERIES_PER_SOURCE:
+                return
+            s = self.series[key] = Series(key)
+        s.add(step, value, line)
+
+    def get(self, name: str) -> Series | None:
+        s = self.series.get(name)
+        return s if s is not None and s.total > 0 else None

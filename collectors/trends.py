@@ -1,0 +1,508 @@
+"""Trend detectors: metric series in, ``metric.trend`` candidates out, each stating its window and datapoints.
+
+Thresholds are pack parameters (rules/core/curves.yaml ``params``), read from ``kb.params`` so that
+``diagnose --param NAME=VALUE`` changes them; ``DEFAULTS`` only covers a knowledge base without that pack.
+Detectors are deliberately simple (medians over windows, ratios): a rule author must be able to predict when
+one fires from the parameter's description alone.
+
+>>> from .metrics_series import SeriesSet
+>>> ss = SeriesSet("t")
+>>> for i in range(40): ss.add("loss", i, 2.3026 + (0.001 if i % 2 else -0.001))
+>>> [(t.trend, t.note[:30]) for t in detect(ss)]
+[('plateau', 'loss flat at 2.303 over steps '), ('chance_level', 'loss ~= ln(10) = 2.3026: chanc')]
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from itertools import pairwise
+from typing import Any
+
+from .metrics_series import Series, SeriesSet
+
+DEFAULTS: dict[str, float] = {
+    "curve_min_points": 8,
+    "nan_first_points": 0,
+    "nan_sudden_min_points": 3,
+    "diverge_rise_factor": 3.0,
+    "diverge_grad_factor": 2.0,
+    "spike_factor": 4.0,
+    "plateau_rel_range": 0.03,
+    "plateau_min_drop": 0.05,
+    "chance_abs_tol": 0.01,
+    "overfit_val_rise": 0.05,
+    "overfit_min_val_points": 4,
+    "mem_growth_frac": 0.10,
+    "mem_increasing_share": 0.5,
+    "mem_min_points": 20,
+    "throughput_drop_frac": 0.3,
+    "data_wait_share": 0.4,
+    "skipped_steps_min": 10,
+    "loss_scale_collapse_factor": 256.0,
+    "loss_scale_floor": 1.0,
+}
+STOP_PRIORITY = {"early_stopping": 3, "max_steps": 2, "completed": 1, "": 0}
+_ROUND_CLASSES = (2, 3, 4, 5, 10, 20, 100, 200, 1000)
+
+
+@dataclass
+class Trend:
+    metric: str
+    trend: str
+    value: float = -1.0
+    step: int = -1
+    window_start: int = -1
+    window_end: int = -1
+    points: int = 0
+    note: str = ""
+    line: int = 0  # source line of the onset / window end, for the citation
+
+
+def params_from(kb_params: Mapping[str, Any] | None) -> dict[str, float]:
+    out = dict(DEFAULTS)
+    for k in DEFAULTS:
+        v = (kb_params or {}).get(k)
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            out[k] = float(v)
+    return out
+
+
+def _med(xs: Sequence[float]) -> float:
+    return statistics.median(xs) if xs else math.nan
+
+
+def _pct(xs: Sequence[float], q: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))]
+
+
+def _i(x: float) -> int:
+    return int(x) if math.isfinite(x) else -1
+
+
+def chance_classes(value: float, tol: float) -> int | None:
+    """The class count k (2..1000) whose ln(k) -- the cross-entropy of a uniform guess -- matches the value.
+    Neighbouring k are close for large k, so round counts (10, 100, 1000) win within the tolerance."""
+    if not math.isfinite(value) or value <= 0:
+        return None
+    fits = [k for k in range(2, 1001) if abs(math.log(k) - value) <= tol]
+    if not fits:
+        return None
+    rounds = [k for k in fits if k in _ROUND_CLASSES]
+    pool = rounds or fits
+    return min(pool, key=lambda k: abs(math.log(k) - value))
+
+
+def detect(ss: SeriesSet, kb_params: Mapping[str, Any] | None = None) -> list[Trend]:
+    p = params_from(kb_params)
+    out: list[Trend] = []
+    loss = ss.get("loss")
+    for name in ("loss", "val_loss", "grad_norm"):
+        s = ss.get(name)
+        if s is not None and s.nan_onset is not None:
+            out.append(_nan_onset(s, p))
+    if loss is not None:
+        out += _divergence(loss, ss.get("grad_norm"), p)
+        out += _spike(loss, p)
+        out += _plateau(loss, p)
+    val = ss.get("val_loss")
+    if loss is not None and val is not None:
+        out += _overfitting(loss, val, p)
+    out += _loss_scale(ss.get("loss_scale"), ss.get("skipped_iters"), p)
+    out += _nan_sudden(loss, out, p)
+    mem = ss.get("mem")
+    if mem is not None:
+        out += _growing(mem, p)
+    out += _throughput(ss.get("throughput"), ss.get("step_time"), p)
+    out += _data_wait(ss.get("data_time"), ss.get("step_time"), p)
+    if ss.step_kind == "entry":
+        for t in out:
+            t.note += " (x = log-entry index: the log gives no step)"
+    if ss.stop and not ss.stop_from_log:
+        # Structured records only (trainer_state.json): stop lines in logs are the lifecycle pack's evidence,
+        # and counting them twice would outweigh a crash that followed the stop line. Every trend still
+        # carries the run's stop reason as `run_end`. The note is the stop reason itself: rules match it.
+        out.append(Trend("run", "stopped", step=-1, note=ss.stop, line=ss.stop_line))
+    return out
+
+
+def _nan_onset(s: Series, p: Mapping[str, float]) -> Trend:
+    assert s.nan_onset is not None
+    step, value, line = s.nan_onset
+    first = s.steps[0] if s.steps else step
+    where = (
+        "at the first logged point" if s.finite_before_nan <= p["nan_first_points"] else "after finite values"
+    )
+    return Trend(
+        s.name,
+        "nan_onset",
+        step=_i(step),
+        window_start=_i(first),
+        window_end=_i(step),
+        points=s.finite_before_nan,
+        note=f"first non-finite {s.name} ({value}) at step {_i(step)}, {where}; {s.finite_before_nan} finite "
+        f"point(s) before it",
+        line=line,
+    )
+
+
+def _nan_sudden(loss: Series | None, found: Sequence[Trend], p: Mapping[str, float]) -> list[Trend]:
+    """A NaN after a healthy stretch with nothing leading up to it (no rise, no grad growth, no loss-scale
+    collapse): the signature of one bad batch rather than of the optimizer or of reduced precision."""
+    if loss is None or loss.nan_onset is None or loss.finite_before_nan <= p["nan_first_points"]:
+        return []
+    if loss.finite_before_nan < p["nan_sudden_min_points"]:
+        return []
+    precursors = {"diverging", "rising", "loss_scale_collapse", "skipped_steps"}
+    if any(t.trend in precursors for t in found):
+        return []
+    step, value, line = loss.nan_onset
+    xs, ys = loss.finite()
+    before = [y for x, y in zip(xs, ys, strict=False) if x < step][-10:]
+    return [
+        Trend(
+            "loss",
+            "nan_sudden",
+            value=round(_med(before), 6),
+            step=_i(step),
+            window_start=_i(xs[0]) if xs else -1,
+            window_end=_i(step),
+            points=loss.finite_before_nan,
+            line=line,
+            note=f"{value} loss at step {_i(step)} right after {loss.finite_before_nan} finite points "
+            f"(median of the last 10: {_med(before):.4g}); no rising loss, grad-norm growth or loss-scale "
+            "collapse before it",
+        )
+    ]
+
+
+def _divergence(loss: Series, grad: Series | None, p: Mapping[str, float]) -> list[Trend]:
+    """Loss rising from its minimum to the last finite values, by diverge_rise_factor or more."""
+    xs, ys = loss.finite()
+    if len(ys) < p["curve_min_points"]:
+        return []
+    lo = min(range(len(ys)), key=lambda i: ys[i])
+    tail = ys[-3:]
+    if lo >= len(ys) - 3 or ys[lo] <= 0:
+        return []
+    rise = _med(tail) / ys[lo]
+    if rise < p["diverge_rise_factor"]:
+        return []
+    start, end = xs[lo], xs[-1]
+    n = len(ys) - lo
+    if grad is None:
+        return [
+            Trend(
+                "loss",
+                "rising",
+                value=round(rise, 3),
+                step=_i(start),
+                window_start=_i(start),
+                window_end=_i(end),
+                points=n,
+                line=loss.line_at(end),
+                note=f"loss rose x{rise:.3g} from {ys[lo]:.4g} (step {_i(start)}) to {_med(tail):.4g} "
+                f"(step {_i(end)}); no grad-norm series to tell divergence from a data problem",
+            )
+        ]
+    gx, gy = grad.finite()
+    before = [y for x, y in zip(gx, gy, strict=False) if x <= start][-3:]
+    after = [y for x, y in zip(gx, gy, strict=False) if x > start][-3:]
+    if not before or not after or _med(before) <= 0:
+        return []
+    growth = _med(after) / _med(before)
+    trend = "diverging" if growth >= p["diverge_grad_factor"] else "rising"
+    return [
+        Trend(
+            "loss",
+            trend,
+            value=round(rise, 3),
+            step=_i(start),
+            window_start=_i(start),
+            window_end=_i(end),
+            points=n,
+            line=loss.line_at(end),
+            note=f"loss rose x{rise:.3g} from {ys[lo]:.4g} (step {_i(start)}) to {_med(tail):.4g} (step "
+            f"{_i(end)}) while grad norm grew x{growth:.3g}",
+        )
+    ]
+
+
+def _spike(loss: Series, p: Mapping[str, float]) -> list[Trend]:
+    """A single finite value far above the median of the 20 before it, after which the loss comes back."""
+    xs, ys = loss.finite()
+    best: tuple[float, int] | None = None
+    count = 0
+    for i in range(10, len(ys) - 2):
+        ref = _med(ys[max(0, i - 20) : i])
+        if ref > 0 and ys[i] >= p["spike_factor"] * ref and _med(ys[i + 1 : i + 4]) < 2 * ref:
+            count += 1
+            if best is None or ys[i] / ref > best[0]:
+                best = (ys[i] / ref, i)
+    if best is None:
+        return []
+    f, i = best
+    return [
+        Trend(
+            "loss",
+            "spike",
+            value=round(f, 3),
+            step=_i(xs[i]),
+            window_start=_i(xs[max(0, i - 20)]),
+            window_end=_i(xs[i]),
+            points=min(i, 20) + 1,
+            line=loss.line_at(xs[i]),
+            note=f"loss jumped to x{f:.3g} its running median at step {_i(xs[i])} and recovered "
+            f"({count} spike(s))",
+        )
+    ]
+
+
+def _plateau(loss: Series, p: Mapping[str, float]) -> list[Trend]:
+    """Flat over the last half and never better than at the start: the run is not learning."""
+    xs, ys = loss.finite()
+    if len(ys) < p["curve_min_points"] or loss.nan_onset is not None:
+        return []
+    half = ys[len(ys) // 2 :]
+    head = ys[: max(3, len(ys) // 10)]
+    level = _med(half)
+    if level == 0 or not math.isfinite(level):
+        return []
+    spread = (_pct(half, 0.9) - _pct(half, 0.1)) / abs(level)
+    drop = (_med(head) - level) / abs(_med(head)) if _med(head) else 0.0
+    if spread > p["plateau_rel_range"] or drop >= p["plateau_min_drop"]:
+        return []
+    ws, we = _i(xs[len(ys) // 2]), _i(xs[-1])
+    out = [
+        Trend(
+            "loss",
+            "plateau",
+            value=round(level, 6),
+            step=ws,
+            window_start=ws,
+            window_end=we,
+            points=len(half),
+            line=loss.line_at(xs[-1]),
+            note=f"loss flat at {level:.4g} over steps {ws}..{we} (spread {spread:.1%}, improved "
+            f"{drop:.1%} since the start)",
+        )
+    ]
+    k = chance_classes(level, p["chance_abs_tol"])
+    if k is not None:
+        out.append(
+            Trend(
+                "loss",
+                "chance_level",
+                value=round(math.log(k), 6),
+                step=ws,
+                window_start=ws,
+                window_end=we,
+                points=len(half),
+                line=loss.line_at(xs[-1]),
+                note=f"loss ~= ln({k}) = {math.log(k):.4f}: chance level of a uniform guess over {k} "
+                "classes (the model predicts nothing)",
+            )
+        )
+    return out
+
+
+def _overfitting(loss: Series, val: Series, p: Mapping[str, float]) -> list[Trend]:
+    vx, vy = val.finite()
+    if len(vy) < p["overfit_min_val_points"]:
+        return []
+    lo = min(range(len(vy)), key=lambda i: vy[i])
+    if lo >= len(vy) - 1 or vy[lo] <= 0:
+        return []
+    end = _med(vy[-2:])
+    rise = (end - vy[lo]) / vy[lo]
+    if rise < p["overfit_val_rise"]:
+        return []
+    lx, ly = loss.finite()
+    at_lo = [y for x, y in zip(lx, ly, strict=False) if x <= vx[lo]][-3:]
+    after = [y for x, y in zip(lx, ly, strict=False) if x > vx[lo]][-3:]
+    if not at_lo or not after or _med(after) >= _med(at_lo):
+        return []
+    fall = (_med(at_lo) - _med(after)) / abs(_med(at_lo)) if _med(at_lo) else 0.0
+    return [
+        Trend(
+            "val_loss",
+            "overfitting",
+            value=round(rise, 4),
+            step=_i(vx[lo]),
+            window_start=_i(vx[lo]),
+            window_end=_i(vx[-1]),
+            points=len(vy) - lo,
+            line=val.line_at(vx[-1]),
+            note=f"val loss rose {rise:.1%} from its best {vy[lo]:.4g} (step {_i(vx[lo])}) while train "
+            f"loss fell {fall:.1%}",
+        )
+    ]
+
+
+def _loss_scale(scale: Series | None, skipped: Series | None, p: Mapping[str, float]) -> list[Trend]:
+    out: list[Trend] = []
+    if scale is not None:
+        xs, ys = scale.finite()
+        if len(ys) >= 2 and max(ys) > 0:
+            top = max(range(len(ys)), key=lambda i: ys[i])
+            final = ys[-1]
+            factor = ys[top] / final if final > 0 else math.inf
+            if top < len(ys) - 1 and (
+                factor >= p["loss_scale_collapse_factor"] or final <= p["loss_scale_floor"]
+            ):
+                out.append(
+                    Trend(
+                        "loss_scale",
+                        "loss_scale_collapse",
+                        value=final,
+                        step=_i(xs[top]),
+                        window_start=_i(xs[top]),
+                        window_end=_i(xs[-1]),
+                        points=len(ys) - top,
+                        line=scale.line_at(xs[-1]),
+                        note=f"loss scale fell from {ys[top]:g} (step {_i(xs[top])}) to {final:g} "
+                        f"(step {_i(xs[-1])})",
+                    )
+                )
+    if skipped is not None:
+        xs, ys = skipped.finite()
+        # The scaler's start-up search skips steps until it settles: count after the first clean interval.
+        settled = next((i for i, y in enumerate(ys) if y <= 0), len(ys))
+        xs, ys = xs[settled:], ys[settled:]
+        total = sum(y for y in ys if y > 0)
+        if total >= p["skipped_steps_min"]:
+            first = next(i for i, y in enumerate(ys) if y > 0)
+            out.append(
+                Trend(
+                    "skipped_iters",
+                    "skipped_steps",
+                    value=total,
+                    step=_i(xs[first]),
+                    window_start=_i(xs[first]),
+                    window_end=_i(xs[-1]),
+                    points=len(ys) - first,
+                    line=skipped.line_at(xs[-1]),
+                    note=f"{total:g} optimizer steps skipped (overflow) from step {_i(xs[first])} on",
+                )
+            )
+    return out
+
+
+def _growing(mem: Series, p: Mapping[str, float]) -> list[Trend]:
+    """Memory that keeps growing after warm-up: most intervals increase and the total growth is large."""
+    xs, ys = mem.finite()
+    if len(ys) < p["mem_min_points"]:
+        return []
+    skip = max(1, len(ys) // 10)  # the first steps allocate optimizer state and the caching pools
+    wx, wy = xs[skip:], ys[skip:]
+    if len(wy) < 2 or wy[0] <= 0:
+        return []
+    ups = sum(1 for a, b in pairwise(wy) if b > a)
+    share = ups / (len(wy) - 1)
+    growth = (wy[-1] - wy[0]) / wy[0]
+    if share < p["mem_increasing_share"] or growth < p["mem_growth_frac"]:
+        return []
+    return [
+        Trend(
+            "mem",
+            "growing",
+            value=round(growth, 4),
+            step=_i(wx[0]),
+            window_start=_i(wx[0]),
+            window_end=_i(wx[-1]),
+            points=len(wy),
+            line=mem.line_at(wx[-1]),
+            note=f"memory grew {growth:.0%} from {wy[0]:g} to {wy[-1]:g} over steps {_i(wx[0])}..{_i(wx[-1])}"
+            f"; {share:.0%} of {len(wy) - 1} intervals increased",
+        )
+    ]
+
+
+def _throughput(tp: Series | None, st: Series | None, p: Mapping[str, float]) -> list[Trend]:
+    if tp is not None:
+        xs, ys = tp.finite()
+        src, line_of = "throughput", tp.line_at
+    elif st is not None:
+        xs, sy = st.finite()
+        ys = [1.0 / y for y in sy if y > 0]
+        xs = [x for x, y in zip(xs, sy, strict=False) if y > 0]
+        src, line_of = "step_time", st.line_at
+    else:
+        return []
+    if len(ys) < p["curve_min_points"]:
+        return []
+    q = max(2, len(ys) // 4)
+    early = _med(ys[max(1, len(ys) // 10) : max(1, len(ys) // 10) + q])
+    late = _med(ys[-q:])
+    if not early or early <= 0:
+        return []
+    drop = 1.0 - late / early
+    if drop < p["throughput_drop_frac"]:
+        return []
+    ws = _i(xs[len(ys) - q])
+    return [
+        Trend(
+            "throughput",
+            "throughput_drop",
+            value=round(drop, 4),
+            step=ws,
+            window_start=ws,
+            window_end=_i(xs[-1]),
+            points=q,
+            line=line_of(xs[-1]),
+            note=f"throughput (from {src}) fell {drop:.0%}: median {early:.4g} early vs {late:.4g} at the "
+            "end",
+        )
+    ]
+
+
+def _data_wait(data: Series | None, st: Series | None, p: Mapping[str, float]) -> list[Trend]:
+    """The share of each step spent waiting for the next batch (torchvision/timm ``data`` vs ``time``)."""
+    if data is None or st is None:
+        return []
+    step_time = dict(zip(st.steps, st.values, strict=False))
+    shares = []
+    xs = []
+    for x, d in zip(data.steps, data.values, strict=False):
+        t = step_time.get(x)
+        if t is not None and t > 0 and math.isfinite(d) and math.isfinite(t):
+            shares.append(min(1.0, d / t))
+            xs.append(x)
+    if len(shares) < p["curve_min_points"]:
+        return []
+    skip = max(1, len(shares) // 10)  # the first batches wait for workers to start
+    share = _med(shares[skip:])
+    if share < p["data_wait_share"]:
+        return []
+    return [
+        Trend(
+            "data_time",
+            "data_wait",
+            value=round(share, 4),
+            step=_i(xs[skip]),
+            window_start=_i(xs[skip]),
+            window_end=_i(xs[-1]),
+            points=len(shares) - skip,
+            line=data.line_at(xs[-1]),
+            note=f"median {share:.0%} of step time spent waiting for data over steps "
+            f"{_i(xs[skip])}..{_i(xs[-1])}",
+        )
+    ]
+
+
+def merge(per_source: Sequence[tuple[str, list[Trend]]]) -> list[tuple[str, Trend]]:
+    """One trend per (metric, trend) across sources: the one on the most points (ties: the first source)."""
+    best: dict[tuple[str, str], tuple[str, Trend]] = {}
+    for source, trends in per_source:
+        for t in trends:
+            key = (t.metric, t.trend)
+            cur = best.get(key)
+            if t.trend == "stopped":
+                if cur is None or STOP_PRIORITY.get(t.note, 0) > STOP_PRIORITY.get(cur[1].note, 0):
+                    best[key] = (source, t)
+            elif cur is None or t.points > cur[1].points:
+                best[key] = (source, t)
+    return list(best.values())

@@ -1,0 +1,137 @@
+"""``rules lint``: what the loader cannot see by itself.
+
+- every signature matches its own example lines and none of its ``no_match`` lines, in both scanner engines;
+- a signature that matches another signature's examples (a warning: overlaps are sometimes intended);
+- patterns prone to catastrophic backtracking or too slow on a 1 MB line;
+- rules that can never fire (a signature or kind nothing emits);
+- hypotheses raised without a catalogue entry (alternatives, smoke, remediation);
+- signatures no rule reads (a warning);
+- too many distinct equality constants on one field (durable-rules hangs at 512).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import regex
+
+from .compile import compile_kb, distinct_constants
+from .packs import KnowledgeBase
+
+SLOW_LINE_BYTES = 1 << 20
+SLOW_SECONDS = 0.5
+MAX_CONSTANTS = 400
+_ADVERSARIAL = ("a" * SLOW_LINE_BYTES, " " * SLOW_LINE_BYTES, "x=" * (SLOW_LINE_BYTES // 2), "é" * (SLOW_LINE_BYTES // 2))
+# Facts that only probes emit from live machines, or collectors not tied to signatures.
+_EMITTED_BY_COLLECTORS = True
+
+
+@dataclass(frozen=True)
+class Problem:
+    where: str
+    severity: str  # error | warning
+    message: str
+
+    def format(self) -> str:
+        return f"{self.where}: {self.severity}: {self.message}"
+
+
+def _signature_problems(kb: KnowledgeBase, only: set[str] | None) -> list[Problem]:
+    from ..collectors.logscan import Pattern, Scanner
+
+    out: list[Problem] = []
+    compiled: dict[str, regex.Pattern[str]] = {}
+    for sig in kb.signatures + kb.progress:  # type: ignore[operator]
+        if only and sig.pack not in only:
+            continue
+        flags = regex.IGNORECASE if sig.ignore_case else 0
+        try:
+            compiled[sig.id] = regex.compile(sig.regex, flags)
+        except regex.error as e:
+            out.append(Problem(sig.where, "error", f"signature {sig.id}: regex does not compile: {e}"))
+            continue
+        for engine in ("auto", "python"):
+            try:
+                scanner = Scanner([Pattern(sig.id, sig.regex, sig.ignore_case)], engine=engine)
+            except ValueError as e:
+                out.append(Problem(sig.where, "error", f"signature {sig.id}: {e} ({engine} engine)"))
+                continue
+            text = "\n".join(list(sig.examples_match) + list(sig.examples_no_match)) + "\n"
+            res = scanner.scan_bytes(text.encode("utf-8"))
+            hit_lines = {h.line_no for h in res.hits}
+            n = len(sig.examples_match)
+            for i, ex in enumerate(sig.examples_match, 1):
+                if i not in hit_lines:
+                    out.append(Problem(sig.where, "error", f"signature {sig.id}: does not match its example {ex!r} ({scanner.engine})"))
+            for i, ex in enumerate(sig.examples_no_match, n + 1):
+                if i in hit_lines:
+                    out.append(Problem(sig.where, "error", f"signature {sig.id}: matches its no_match example {ex!r} ({scanner.engine})"))
+        for adv in _ADVERSARIAL:
+            t0 = time.perf_counter()
+            try:
+                compiled[sig.id].search(adv, timeout=SLOW_SECONDS * 4)
+            except TimeoutError:
+                out.append(Problem(sig.where, "error", f"signature {sig.id}: catastrophic backtracking on a 1 MB line"))
+                break
+            if time.perf_counter() - t0 > SLOW_SECONDS:
+                out.append(Problem(sig.where, "warning", f"signature {sig.id}: slow on a 1 MB line ({time.perf_counter() - t0:.2f} s)"))
+                break
+    sigs = {s.id: s for s in kb.signatures}
+    for sig in kb.signatures:
+        if only and sig.pack not in only or sig.id not in compiled:
+            continue
+        for other in kb.signatures:
+            if other.id == sig.id or set(sig.streams).isdisjoint(other.streams):
+                continue
+            for ex in other.examples_match:
+                if compiled[sig.id].search(ex):
+                    out.append(
+                        Problem(sig.where, "warning", f"signature {sig.id}: also matches an example of {other.id} ({sigs[other.id].where})")
+                    )
+                    break
+    return out
+
+
+def _rule_problems(kb: KnowledgeBase, only: set[str] | None) -> list[Problem]:
+    out: list[Problem] = []
+    sig_ids = {s.id for s in kb.signatures}
+    used: set[str] = set()
+    for rule in kb.rules:
+        for pname, pat in rule.spec["when"].items():
+            if pat["kind"] != "log.signature":
+                continue
+            cond = pat["match"].get("signature")
+            names = []
+            if isinstance(cond, str):
+                names = [cond]
+            elif isinstance(cond, dict):
+                names = list(cond.get("in", [])) + ([cond["eq"]] if "eq" in cond else [])
+            used.update(names)
+            if only and rule.pack not in only:
+                continue
+            missing = [n for n in names if n not in sig_ids]
+            if missing:
+                out.append(Problem(rule.where, "error", f"rule {rule.id}: when.{pname} names signatures no pack defines: {missing} (the rule can never fire)"))
+            if not names:
+                out.append(Problem(rule.where, "warning", f"rule {rule.id}: when.{pname} matches every signature; name the signatures"))
+            roles = {s.role for s in kb.signatures if s.id in names}
+            if names and roles == {"context"}:
+                out.append(Problem(rule.where, "error", f"rule {rule.id}: when.{pname} rests only on context signatures, which never anchor a failure"))
+        hyp = rule.spec["then"].get("hypothesis")
+        if hyp and hyp not in kb.hypotheses and not (only and rule.pack not in only):
+            out.append(Problem(rule.where, "error", f"rule {rule.id}: hypothesis {hyp} has no catalogue entry (title, alternatives, smoke, remediation)"))
+    for sig in kb.signatures:
+        if only and sig.pack not in only:
+            continue
+        if sig.id not in used and sig.role != "context":
+            out.append(Problem(sig.where, "warning", f"signature {sig.id}: no rule reads it"))
+    return out
+
+
+def lint(kb: KnowledgeBase, only_packs: set[str] | None = None) -> list[Problem]:
+    problems = _signature_problems(kb, only_packs) + _rule_problems(kb, only_packs)
+    for field, n in distinct_constants(compile_kb(kb)).items():
+        if n > MAX_CONSTANTS:
+            problems.append(Problem("ruleset", "error", f"field {field!r} has {n} distinct constants (limit {MAX_CONSTANTS}); move the lookup into a collector"))
+    return sorted(problems, key=lambda p: (p.severity != "error", p.where, p.message))
