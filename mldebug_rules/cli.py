@@ -48,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="override a pack parameter")
     d.add_argument("--engine", choices=["auto", "durable", "python"], default=None)
     d.add_argument("--strict", action="store_true", help="a broken third-party pack is an error, not a warning")
+    d.add_argument("--plot", metavar="FILE.png", help="draw the curves behind the hypotheses (needs matplotlib)")
 
     r = sub.add_parser("rules", help="list, lint and test rule packs")
     r.add_argument("action", choices=["list", "lint", "test", "new"])
@@ -66,7 +67,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--control", action="append", default=[], metavar="NAME=VALUE")
     s.add_argument("--cmd", default=None, help="the run's command line, when the logs do not record it")
     s.add_argument("--rules", action="append", default=[], metavar="DIR")
-    s.add_argument("argv", nargs=argparse.REMAINDER)
+    s.add_argument("--format", choices=["text", "json"], default="text", help="smoke plan's output")
+    # `smoke run ... -- COMMAND [ARG...]`: main() cuts the argv at the first `--` before parsing (argparse's
+    # REMAINDER would swallow the options that follow RUN_DIR), so the command reaches the runner verbatim.
+    s.set_defaults(argv=[])
 
     g = sub.add_parser("gate", help="exit 0 only if the claimed cause is smoke-confirmed")
     g.add_argument("run_dir", metavar="RUN_DIR")
@@ -111,6 +115,13 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
 
     d = diagnose(_request(args))
     data = rep.build(d)
+    if getattr(args, "plot", None):
+        from .plot import PlotUnavailable, plot_diagnosis
+
+        try:
+            data["plot"] = str(plot_diagnosis(d, Path(args.plot)))
+        except PlotUnavailable as e:  # the report matters more than the picture
+            print(f"mldebug-rules: {e}", file=sys.stderr)
     if args.format == "json":
         text = rep.to_json(data)
     else:
@@ -163,7 +174,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command: list[str] | None = None
+    if argv[:1] == ["smoke"] and "--" in argv:
+        cut = argv.index("--")
+        argv, command = argv[:cut], argv[cut + 1 :]
     args = parser.parse_args(argv)
+    if command is not None:
+        args.argv = command
     if not args.command:
         parser.print_help()
         return 2

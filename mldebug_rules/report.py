@@ -139,6 +139,11 @@ def build(d: Diagnosis) -> dict[str, Any]:
     }
     if d.kb.warnings:
         report["warnings"] = list(d.kb.warnings)
+    from .smoke_controls import report_section  # controls: smoke reruns paired with their baselines
+
+    controls = report_section(d.request.run_dirs)
+    if controls:
+        report["controls"] = controls
     return redact_obj(report)
 
 
@@ -201,6 +206,12 @@ def to_text(report: dict[str, Any], markdown: bool = False) -> str:
     else:
         lines.append(f"{bullet}none needed" if verdict != "uncertain" else f"{bullet}no smoke proposed")
     lines.append("")
+    if report.get("plot"):  # set by `diagnose --plot`
+        lines.append(f"![training curves]({report['plot']})" if markdown else f"curves plotted: {report['plot']}")
+        lines.append("")
+    from .smoke_controls import text_lines as _control_lines
+
+    lines += _control_lines(report.get("controls"), markdown)
     lines.append(f"{h1}4. Verdict: {verdict}" + (f" ({report['cause']})" if report["cause"] else ""))
     lines.append("")
     lines.append(f"{h1}5. Next action")

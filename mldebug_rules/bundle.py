@@ -1,0 +1,115 @@
+"""``mldebug-rules collect``: record the probes' facts into a replayable, schema-versioned bundle.
+
+The bundle holds what the probes saw, not what the rules concluded: replaying it with ``diagnose --bundle``
+(or from a run directory that contains it) runs today's rules over yesterday's evidence. Everything written
+passes through ``redact``; the only file written is ``--out``.
+
+Layout (``mldebug-rules/bundle/v1``)::
+
+    {"schema": "mldebug-rules/bundle/v1",
+     "tool": {"name": "mldebug-rules", "version": "0.1.0"},
+     "host": "node17", "created": "2024-05-01T12:00:00Z", "created_ts": 1714564800.0,
+     "offline": false, "run_dirs": ["/runs/r7"],
+     "probes": [{"name": "gpu", "status": "timeout", "detail": "...", "seconds": 5.0, "facts": 0}],
+     "facts": [{"kind": "kernel.xid", "attrs": {...}, "origin": "probe", "source": "dmesg:12", ...}],
+     "scrollback": [{"file": "train.log", "lines": [[1042, "..."]]}]}
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from . import __version__
+from .collectors.base import Context, ProbeOutput, run_probes
+from .collectors.bundles import SCHEMA
+from .collectors.deadlines import hostname
+from .collectors.registry import default_probes
+from .errors import UsageError
+from .redact import redact_obj
+
+SCROLLBACK_FILES = 16
+
+
+def build_bundle(
+    outputs: Sequence[ProbeOutput], run_dirs: Sequence[Path], offline: bool, now: float
+) -> dict[str, Any]:
+    facts = [f for o in outputs for f in o.facts]
+    scrollback = [
+        {"file": f.file, "lines": f.extra.get("scrollback", [])}
+        for f in facts
+        if f.kind == "log.tail" and f.extra.get("scrollback")
+    ]
+    doc = {
+        "schema": SCHEMA,
+        "tool": {"name": "mldebug-rules", "version": __version__},
+        "host": hostname(),
+        "created": datetime.fromtimestamp(now, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "created_ts": round(now, 3),
+        "offline": offline,
+        "run_dirs": [str(p) for p in run_dirs],
+        "probes": [
+            {
+                "name": o.name,
+                "status": o.status,
+                "detail": o.detail,
+                "seconds": round(o.seconds, 3),
+                "facts": sum(1 for f in o.facts if f.kind != "probe.status"),
+            }
+            for o in outputs
+        ],
+        "facts": [f.to_json() for f in facts],
+        "scrollback": sorted(scrollback, key=lambda s: s["file"])[:SCROLLBACK_FILES],
+    }
+    return redact_obj(doc)
+
+
+def collect(req: Any) -> dict[str, Any]:
+    """Run every probe but the bundle replayer (a bundle never nests another) and build the bundle."""
+    from .diagnose import check_inputs, load_kb
+
+    check_inputs(req)
+    kb = load_kb(req)
+    ctx = Context(
+        registry=kb.registry,
+        run_dirs=list(req.run_dirs),
+        logs=list(req.logs),
+        kernel_logs=list(req.kernel_logs),
+        bundles=[],
+        offline=req.offline,
+        kb=kb,
+        options=dict(req.options),
+    )
+    probes = [p for p in default_probes() if p.name != "bundle"]
+    outputs = run_probes(ctx, probes)
+    return build_bundle(outputs, req.run_dirs, req.offline, time.time())
+
+
+def collect_main(args: argparse.Namespace) -> int:
+    from .diagnose import Request
+
+    out = Path(args.out)
+    if out.is_dir():
+        raise UsageError(f"--out {out}: is a directory")
+    req = Request(
+        run_dirs=[Path(x) for x in args.run_dirs],
+        logs=[Path(x) for x in getattr(args, "log", [])],
+        kernel_logs=[Path(x) for x in getattr(args, "kernel_log", [])],
+        rules_dirs=[Path(x) for x in getattr(args, "rules", [])],
+        offline=bool(getattr(args, "offline", False)),
+    )
+    doc = collect(req)
+    text = json.dumps(doc, indent=1, ensure_ascii=False, default=str) + "\n"
+    try:
+        out.write_text(text, encoding="utf-8")
+    except OSError as e:
+        raise UsageError(f"--out {out}: {e.strerror}") from None
+    states = ", ".join(f"{p['name']} {p['status']}" for p in doc["probes"])
+    print(f"mldebug-rules: wrote {out}: {len(doc['facts'])} facts ({states})", file=sys.stderr)
+    return 0

@@ -1,0 +1,81 @@
+"""``mldebug-rules rules list|lint|test|new``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .errors import UsageError
+
+
+def _load(args: argparse.Namespace):  # noqa: ANN202 - KnowledgeBase, imported lazily
+    from .engine.packs import load_packs
+
+    return load_packs([Path(p) for p in args.packs], strict=bool(args.strict) or args.action != "list")
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    kb = _load(args)
+    for p in kb.packs:
+        n_rules = sum(1 for r in kb.rules if r.pack == p.name)
+        n_sigs = sum(1 for s in kb.signatures if s.pack == p.name)
+        print(f"{p.name} {p.version}  [{p.origin}]  {p.path}")
+        print(f"    {p.description.strip()}")
+        print(f"    {n_rules} rules, {n_sigs} signatures, {len(p.tests)} test files")
+    for w in kb.warnings:
+        print(f"warning: {w}", file=sys.stderr)
+    if kb.params:
+        print("parameters:")
+        for name in sorted(kb.params):
+            print(f"    {name} = {kb.params[name]!r}: {kb.param_docs.get(name, '')}")
+    return 0
+
+
+def cmd_lint(args: argparse.Namespace) -> int:
+    from .engine.lint import lint
+
+    kb = _load(args)
+    only = {Path(p).resolve() for p in args.packs}
+    problems = lint(kb, only_packs={p.name for p in kb.packs if Path(p.path).resolve() in only} or None)
+    errors = [p for p in problems if p.severity == "error"]
+    for p in problems:
+        print(p.format())
+    n = len(kb.rules), len(kb.signatures)
+    print(f"{len(errors)} error(s), {len(problems) - len(errors)} warning(s) in {n[0]} rules and {n[1]} signatures")
+    return 1 if errors else 0
+
+
+def cmd_test(args: argparse.Namespace) -> int:
+    from .engine.ruletest import run_pack_tests
+
+    kb = _load(args)
+    only = {Path(p).resolve() for p in args.packs}
+    packs = [p for p in kb.packs if not only or Path(p.path).resolve() in only]
+    failed = total = 0
+    for pack in packs:
+        for result in run_pack_tests(kb, pack, engine=args.engine):
+            total += 1
+            if result.ok:
+                print(f"PASS {result.where}: {result.name}")
+            else:
+                failed += 1
+                print(f"FAIL {result.where}: {result.name}")
+                for line in result.diff:
+                    print(f"     {line}")
+    print(f"{total - failed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+def cmd_new(args: argparse.Namespace) -> int:
+    from .scaffold import new_pack
+
+    if len(args.packs) != 1:
+        raise UsageError("rules new NAME: give one pack name (or path)")
+    path = new_pack(Path(args.packs[0]))
+    print(f"created {path}; try: mldebug-rules rules test {path}")
+    return 0
+
+
+def main(args: argparse.Namespace) -> int:
+    return {"list": cmd_list, "lint": cmd_lint, "test": cmd_test, "new": cmd_new}[args.action](args)

@@ -1,0 +1,230 @@
+"""Run a smoke command: argv as given (no shell), its own process group, a hard timeout, bounded capture.
+
+Output is scanned as it streams with the same signature packs as the logs (complete lines only, so a
+signature split across two reads is still seen), while only a bounded head and tail are kept in memory:
+classification sees all of the output, storage stays bounded whatever the command prints.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from .collectors.logscan import Pattern, Scanner
+from .engine.packs import KnowledgeBase
+
+HEAD_BYTES = 64 << 10
+TAIL_BYTES = 192 << 10
+MAX_PENDING_LINE = 1 << 20  # a newline-less stream is scanned in pieces of this size
+KILL_GRACE_S = 3.0  # SIGTERM first so trainers can flush; SIGKILL after this
+
+
+@dataclass
+class Execution:
+    argv: list[str]
+    exit_code: int | None  # None when it timed out; negative: killed by that signal
+    timed_out: bool
+    duration_s: float
+    head: bytes
+    tail: bytes
+    total_bytes: int
+    signatures: dict[str, int] = field(default_factory=dict)  # signature id -> hits
+    error: str = ""  # the command could not be started
+
+    def output(self) -> bytes:
+        """Head and tail; a marker where the middle was dropped."""
+        if self.total_bytes <= len(self.head) + len(self.tail):
+            return self.head + self.tail
+        dropped = self.total_bytes - len(self.head) - len(self.tail)
+        return self.head + f"\n[... {dropped} bytes not kept ...]\n".encode() + self.tail
+
+
+def signature_scanner(kb: KnowledgeBase) -> Scanner:
+    """The packs' training-stream signatures, as in the log probe."""
+    pats = [
+        Pattern(s.id, s.regex, s.ignore_case, "all", 1000)
+        for s in kb.signatures
+        if "train" in s.streams or "scheduler" in s.streams
+    ]
+    return Scanner(pats, tail_lines=1, progress=False)
+
+
+class _Capture:
+    def __init__(self, scanner: Scanner, echo: bool):
+        self.scanner = scanner
+        self.echo = echo
+        self.head = bytearray()
+        self.tail: deque[bytes] = deque()
+        self.tail_size = 0
+        self.total = 0
+        self.pending = b""
+        self.signatures: dict[str, int] = {}
+
+    def feed(self, data: bytes) -> None:
+        if self.echo:
+            try:
+                sys.stdout.buffer.write(data)
+                sys.stdout.buffer.flush()
+            except (OSError, ValueError):
+                self.echo = False
+        self.total += len(data)
+        room = HEAD_BYTES - len(self.head)
+        if room > 0:
+            self.head += data[:room]
+            data_tail = data[room:]
+        else:
+            data_tail = data
+        if data_tail:
+            self.tail.append(data_tail)
+            self.tail_size += len(data_tail)
+            while self.tail_size - len(self.tail[0]) >= TAIL_BYTES:
+                self.tail_size -= len(self.tail.popleft())
+        buf = self.pending + data
+        cut = buf.rfind(b"\n")
+        if cut < 0 and len(buf) < MAX_PENDING_LINE:
+            self.pending = buf
+            return
+        if cut < 0:
+            cut = len(buf) - 1
+        self._scan(buf[: cut + 1])
+        self.pending = buf[cut + 1 :]
+
+    def _scan(self, data: bytes) -> None:
+        if not data:
+            return
+        res = self.scanner.scan_bytes(data)
+        for idx, n in res.counts.items():
+            sid = self.scanner.patterns[idx].id
+            self.signatures[sid] = self.signatures.get(sid, 0) + n
+
+    def finish(self) -> tuple[bytes, bytes]:
+        self._scan(self.pending)
+        self.pending = b""
+        tail = b"".join(self.tail)[-TAIL_BYTES:]
+        return bytes(self.head), tail
+
+
+def _kill_group(proc: subprocess.Popen[bytes], sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, sig)
+
+
+def run_command(
+    argv: Sequence[str], timeout_s: float, scanner: Scanner, echo: bool | None = None
+) -> Execution:
+    """Run argv in a new session (so the whole process group can be killed), capturing stdout+stderr."""
+    echo = sys.stdout.isatty() if echo is None else echo
+    cap = _Capture(scanner, echo)
+    t0 = time.monotonic()
+    try:
+        proc = subprocess.Popen(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    except OSError as e:
+        return Execution(list(argv), None, False, 0.0, b"", b"", 0, error=f"{argv[0]}: {e.strerror or e}")
+    assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    os.set_blocking(fd, False)
+    sel = selectors.DefaultSelector()
+    sel.register(fd, selectors.EVENT_READ)
+    deadline = t0 + timeout_s
+    timed_out = False
+    eof = False
+    try:
+        while not eof:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                timed_out = True
+                break
+            if not sel.select(min(left, 0.5)):
+                # The child may exit while a grandchild keeps the pipe open: don't wait for that one.
+                if proc.poll() is not None:
+                    break
+                continue
+            eof = not _drain(fd, cap)
+        if timed_out:
+            _kill_group(proc, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(KILL_GRACE_S)
+            _kill_group(proc, signal.SIGKILL)
+            proc.wait()
+        else:
+            proc.wait()
+        _drain(fd, cap)
+    finally:
+        # Whatever the smoke left running in its group (workers, a stuck rank) must not outlive it.
+        _kill_group(proc, signal.SIGKILL)
+        sel.close()
+        proc.stdout.close()
+    head, tail = cap.finish()
+    return Execution(
+        argv=list(argv),
+        exit_code=None if timed_out else proc.returncode,
+        timed_out=timed_out,
+        duration_s=round(time.monotonic() - t0, 3),
+        head=head,
+        tail=tail,
+        total_bytes=cap.total,
+        signatures=dict(sorted(cap.signatures.items())),
+    )
+
+
+def _drain(fd: int, cap: _Capture) -> bool:
+    """Read what is available; False at end of stream."""
+    while True:
+        try:
+            data = os.read(fd, 1 << 16)
+        except BlockingIOError:
+            return True
+        except OSError:
+            return False
+        if not data:
+            return False
+        cap.feed(data)
+
+
+def tail_lines(data: bytes, lines: int = 40, chars: int = 4000) -> str:
+    text = data.decode("utf-8", "replace")
+    return "\n".join(text.splitlines()[-lines:])[-chars:]
+
+
+def failure_signatures(kb: KnowledgeBase) -> set[str]:
+    """Signatures that mean something failed: not advice lines, not 'training completed'."""
+    out = set()
+    for s in kb.signatures:
+        if s.role == "context":
+            continue
+        if s.hypotheses and not any(kb.is_failure(h) for h in s.hypotheses):
+            continue
+        out.add(s.id)
+    return out
+
+
+def classify(ex: Execution, original: Iterable[str], failures: set[str]) -> tuple[str, str]:
+    """(outcome, why): passed | reproduced | failed_differently | timed_out."""
+    if ex.timed_out:
+        return "timed_out", "stopped at the timeout"
+    seen = set(ex.signatures)
+    same = sorted(seen & set(original))
+    if same:
+        return "reproduced", f"the original failure's signature again: {', '.join(same)}"
+    other = sorted(seen & failures)
+    if ex.error:
+        return "failed_differently", ex.error
+    if ex.exit_code == 0 and not other:
+        return "passed", "exit 0, no failure signature"
+    if other:
+        return "failed_differently", f"exit {ex.exit_code}; a different failure: {', '.join(other)}"
+    return "failed_differently", f"exit {ex.exit_code} without the original failure's signature"

@@ -1,0 +1,357 @@
+"""Concrete smoke commands: find the run's command line, then apply a smoke recipe to it as argv edits.
+
+The command is found in (first hit wins) ``--cmd``, a bundle's recorded process command lines, a launcher echo
+in a training log (``torchrun ...``, ``python train.py ...``, HF-style ``Running with args: [...]``) or a
+launch script in the run directory. It is only ever *shown*: ``smoke run`` executes the argv the user passes,
+never a string built from log text. How generic override keys map onto each framework's flags is data
+(``engine/smoke_overrides.yaml``), so supporting another framework is a YAML edit.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import shlex
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .collectors.rundir import find_run_files
+
+MAX_SCAN_BYTES = 1 << 20  # the launch echo sits at the top of a log: never read a huge log whole
+MAX_SCAN_LINES = 5000
+MAX_BUNDLE_BYTES = 64 << 20
+_PROGRAM = re.compile(r"^(?:python[0-9.]*|torchrun|accelerate|deepspeed)$")
+_ENV_ASSIGN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+_ARGS_LIST = re.compile(r"(?i)(?:running with args|sys\.argv|argv)\s*[:=]\s*(\[.*\])")
+_KV = re.compile(r"^([+~]{0,2})([A-Za-z_][\w./@-]*)=(.*)$")
+_BOOL_WORDS = {"true", "false", "1", "0", "yes", "no"}
+
+
+@cache
+def overrides_table() -> dict[str, Any]:
+    text = resources.files("mldebug_rules.engine").joinpath("smoke_overrides.yaml").read_text("utf-8")
+    return dict(yaml.safe_load(text))
+
+
+# --- finding the command line ------------------------------------------------------------------------------
+@dataclass
+class FoundCommand:
+    argv: list[str]
+    source: str  # where it was found: "--cmd", "train.log:3", "run.mldebug.json"
+
+
+def parse_command_line(line: str) -> list[str] | None:
+    """The training command inside one line of text, as argv, or None. Tolerates prompts and prefixes
+    ("$ ", "+ ", "Command: ", "[rank0]") by looking for the launcher or interpreter token itself."""
+    m = _ARGS_LIST.search(line)
+    if m:
+        try:
+            items = ast.literal_eval(m.group(1))
+        except (ValueError, SyntaxError):
+            items = None
+        if isinstance(items, list) and items and all(isinstance(x, str) for x in items):
+            argv = list(items)
+            if argv[0].endswith(".py"):
+                argv = ["python", *argv]
+            return argv if _looks_like_training(argv, 0) else None
+    try:
+        tokens = shlex.split(line, comments=False)
+    except ValueError:
+        return None
+    for i, tok in enumerate(tokens):
+        if _PROGRAM.match(os.path.basename(tok)) and _looks_like_training(tokens, i):
+            start = i
+            while start > 0 and _ENV_ASSIGN.match(tokens[start - 1]):
+                start -= 1
+            return tokens[start:]
+    return None
+
+
+def _looks_like_training(tokens: list[str], i: int) -> bool:
+    prog = os.path.basename(tokens[i])
+    rest = tokens[i + 1 :]
+    if prog == "accelerate" and (not rest or rest[0] != "launch"):
+        return False
+    return any(t.endswith(".py") for t in rest) or "-m" in rest
+
+
+def _read_head(path: Path) -> Iterator[str]:
+    try:
+        with path.open("rb") as fh:
+            data = fh.read(MAX_SCAN_BYTES)
+    except OSError:
+        return
+    for n, raw in enumerate(data.splitlines()):
+        if n >= MAX_SCAN_LINES:
+            return
+        yield raw.decode("utf-8", "replace")
+
+
+def _bundle_cmdlines(obj: Any, depth: int = 0) -> Iterator[list[str]]:
+    """Process command lines anywhere in a bundle (its layout belongs to `collect`: only key names matter)."""
+    if depth > 12:
+        return
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            if k in ("cmdline", "command", "cmd", "argv"):
+                if isinstance(v, list) and v and all(isinstance(x, str) for x in v):
+                    yield list(v)
+                elif isinstance(v, str):
+                    argv = parse_command_line(v)
+                    if argv:
+                        yield argv
+            else:
+                yield from _bundle_cmdlines(v, depth + 1)
+    elif isinstance(obj, list):
+        for v in obj:
+            yield from _bundle_cmdlines(v, depth + 1)
+
+
+def find_command(run_dir: Path, cmd: str | None = None) -> FoundCommand | None:
+    if cmd:
+        try:
+            return FoundCommand(shlex.split(cmd), "--cmd")
+        except ValueError as e:
+            from .errors import UsageError
+
+            raise UsageError(f"--cmd: {e}") from None
+    files = find_run_files(run_dir)
+    for bundle in files.files("bundle"):
+        try:
+            if bundle.stat().st_size > MAX_BUNDLE_BYTES:
+                continue
+            data = json.loads(bundle.read_text("utf-8", "replace"))
+        except (OSError, ValueError):
+            continue
+        for argv in _bundle_cmdlines(data):
+            i = next((j for j, t in enumerate(argv) if _PROGRAM.match(os.path.basename(t))), None)
+            if i is not None and _looks_like_training(argv, i):
+                return FoundCommand(argv[i:], files.rel(bundle))
+    scripts = sorted(p for p in run_dir.glob("*.sh") if p.is_file())
+    for path in [*files.files("train"), *files.files("scheduler"), *scripts]:
+        for n, line in enumerate(_read_head(path), 1):
+            argv = parse_command_line(line)
+            if argv:
+                return FoundCommand(
+                    argv, f"{files.rel(path) if path in files.files('train') else path.name}:{n}"
+                )
+    return None
+
+
+# --- applying a recipe --------------------------------------------------------------------------------------
+@dataclass
+class Split:
+    env: dict[str, str]
+    head: list[str]  # launcher and/or interpreter up to and including the script (or `-m module`)
+    launcher: str | None
+    launcher_at: int  # index in head of the launcher's first option slot
+    script_at: int  # index in head of the script token
+    args: list[str]  # the script's own arguments
+
+
+def split_command(argv: list[str]) -> Split:
+    table = overrides_table()
+    tokens = list(argv)
+    env: dict[str, str] = {}
+    if tokens and os.path.basename(tokens[0]) == "env":
+        tokens = tokens[1:]
+    while tokens and _ENV_ASSIGN.match(tokens[0]):
+        k, _, v = tokens.pop(0).partition("=")
+        env[k] = v
+    launcher, launcher_at = None, -1
+    for i, tok in enumerate(tokens):
+        base = os.path.basename(tok)
+        if base.endswith(".py"):
+            break
+        for name, spec in table["launchers"].items():
+            if base in spec["programs"] or (i > 0 and tokens[i - 1] == "-m" and tok in spec["programs"]):
+                launcher = name
+                sub = base == "accelerate" and i + 1 < len(tokens) and tokens[i + 1] == "launch"
+                launcher_at = i + 1 + int(sub)  # options start after `accelerate launch`
+                break
+        if launcher:
+            break
+    # The script: the first .py after the launcher's options, or the module of `-m module`.
+    script_at = len(tokens) - 1
+    for i in range(launcher_at if launcher else 0, len(tokens)):
+        if tokens[i].endswith(".py"):
+            script_at = i
+            break
+        if tokens[i] == "-m" and i + 1 < len(tokens):
+            script_at = i + 1
+            break
+    return Split(env, tokens[: script_at + 1], launcher, launcher_at, script_at, tokens[script_at + 1 :])
+
+
+def detect_framework(args: list[str]) -> str:
+    table = overrides_table()
+    flags = {a.split("=", 1)[0] for a in args if a.startswith("-")}
+    for name in table["detect_order"]:
+        det = table["frameworks"][name].get("detect") or {}
+        if det.get("flags") and flags & set(det["flags"]):
+            return name
+        if det.get("prefixes") and any(f.startswith(tuple(det["prefixes"])) for f in flags):
+            return name
+        if det.get("kv") and any(_KV.match(a) for a in args if not a.startswith("-")):
+            return name
+    return table["detect_order"][-1]
+
+
+def render_value(value: Any, style: str) -> str:
+    if isinstance(value, bool):
+        return ("True" if value else "False") if style == "flag" else ("true" if value else "false")
+    return str(value)
+
+
+def _set_flag(args: list[str], aliases: list[str], value: Any, is_bool: bool, add: bool) -> str | None:
+    """Edit ``args`` in place; return a note of what changed, "" for a no-op, None when it could not."""
+    for i, tok in enumerate(args):
+        name, eq, old = tok.partition("=")
+        if name not in aliases:
+            continue
+        has_next = not eq and i + 1 < len(args) and not args[i + 1].startswith("-")
+        if is_bool:
+            takes_word = has_next and args[i + 1].lower() in _BOOL_WORDS
+            if not value:
+                del args[i : i + (2 if takes_word else 1)]
+                return f"removed {tok}"
+            if eq:
+                args[i] = f"{name}=True"
+            elif takes_word:
+                args[i + 1] = "True"
+            return f"{name} on"
+        new = render_value(value, "flag")
+        if eq:
+            args[i] = f"{name}={new}"
+            return f"{name} {old} -> {new}"
+        if has_next:
+            old, args[i + 1] = args[i + 1], new
+            return f"{name} {old} -> {new}"
+        args.insert(i + 1, new)
+        return f"{name} -> {new}"
+    if is_bool and not value:
+        return ""  # already off
+    if not add:
+        return None
+    args.extend([aliases[0]] if is_bool else [aliases[0], render_value(value, "flag")])
+    return f"added {aliases[0]}" + ("" if is_bool else f" {render_value(value, 'flag')}")
+
+
+def _set_kv(args: list[str], aliases: list[str], value: Any, add: bool) -> str | None:
+    new = render_value(value, "kv")
+    lasts = {a.rsplit(".", 1)[-1] for a in aliases}
+    for exact in (True, False):
+        for i, tok in enumerate(args):
+            m = _KV.match(tok) if not tok.startswith("-") else None
+            if not m:
+                continue
+            key = m.group(2)
+            if (key in aliases) if exact else (key.rsplit(".", 1)[-1] in lasts):
+                args[i] = f"{m.group(1)}{key}={new}"
+                return f"{key} {m.group(3)} -> {new}"
+    if not add:
+        return None
+    args.append(f"++{aliases[0]}={new}")
+    return f"added ++{aliases[0]}={new} (check the key path in your config)"
+
+
+@dataclass
+class Applied:
+    argv: list[str]
+    framework: str
+    changes: list[str] = field(default_factory=list)
+    unapplied: dict[str, Any] = field(
+        default_factory=dict
+    )  # need a code/config change: the user applies them
+    notes: list[str] = field(default_factory=list)
+
+
+def apply_recipe(argv: list[str], recipe: Mapping[str, Any]) -> Applied:
+    table = overrides_table()
+    sp = split_command(argv)
+    fw_name = detect_framework(sp.args)
+    fw = table["frameworks"][fw_name]
+    out = Applied([], fw_name)
+    head, args = list(sp.head), list(sp.args)
+    launcher_keys: Mapping[str, str] = table["launcher_keys"]
+    overrides: dict[str, Any] = dict(recipe.get("overrides") or {})
+    extra_args = list(recipe.get("args") or [])
+    i = 0
+    while i < len(extra_args):  # recipe args are launcher flags ("--nproc-per-node 1")
+        tok = extra_args[i]
+        name, eq, val = tok.partition("=")
+        if name in launcher_keys:
+            if not eq and i + 1 < len(extra_args):
+                val, i = extra_args[i + 1], i + 1
+            overrides[launcher_keys[name]] = val
+        else:
+            out.unapplied.setdefault("args", []).append(tok)
+        i += 1
+    for key, value in overrides.items():
+        if key in launcher_keys:
+            _apply_launcher(head, sp, launcher_keys[key], value, out)
+            continue
+        if key in fw.get("ignore", []):
+            continue
+        aliases = fw["keys"].get(key)
+        if not aliases:
+            out.unapplied[key] = value
+            continue
+        if fw["style"] == "kv":
+            note = _set_kv(args, aliases, value, bool(fw.get("add_missing")))
+        else:
+            note = _set_flag(args, aliases, value, key in fw.get("bools", []), bool(fw.get("add_missing")))
+        if note is None:
+            out.unapplied[key] = value
+        elif note:
+            out.changes.append(note)
+    env = dict(sp.env)
+    for k, v in (recipe.get("env") or {}).items():
+        if env.get(k) != str(v):
+            out.changes.append(f"{k}={v}")
+        env[k] = str(v)
+    out.argv = (["env", *(f"{k}={v}" for k, v in env.items())] if env else []) + head + args
+    return out
+
+
+def _apply_launcher(head: list[str], sp: Split, key: str, value: Any, out: Applied) -> None:
+    if sp.launcher is None:
+        if str(value) == "1" and key == "nproc":
+            out.notes.append("the run is already a single process (no launcher)")
+        else:
+            out.unapplied[key] = value
+        return
+    aliases = overrides_table()["launchers"][sp.launcher]["flags"].get(key)
+    if not aliases:
+        out.unapplied[key] = value
+        return
+    opts = head[sp.launcher_at : sp.script_at]
+    note = _set_flag(opts, aliases, value, False, False)
+    if note is None:
+        opts[:0] = [aliases[0], render_value(value, "flag")]
+        note = f"added {aliases[0]} {value}"
+    head[sp.launcher_at : sp.script_at] = opts
+    sp.script_at = sp.launcher_at + len(opts)
+    out.changes.append(note)
+
+
+def overrides_for_control(name: str, value: str, controls: Mapping[str, Any]) -> dict[str, Any]:
+    """The recipe (env + overrides) that applies control NAME=VALUE to a command line."""
+    values = controls[name].get("values") or {}
+    spec = values.get(value) or values.get("*") or {}
+
+    def subst(v: Any) -> Any:
+        return value if v == "$value" else v
+
+    return {
+        "env": {k: str(subst(v)) for k, v in (spec.get("env") or {}).items()},
+        "overrides": {k: subst(v) for k, v in (spec.get("overrides") or {}).items()},
+    }
