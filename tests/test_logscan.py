@@ -1,0 +1,456 @@
+"""Tests for the streaming log scanner (both engines; hyperscan ones skip when it isn't importable)."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import pickle
+import re
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from mldebug_rules.collectors.logscan import (
+    LINE_MATCH_CAP,
+    TEXT_CHARS,
+    Pattern,
+    Scanner,
+    ScanResult,
+    hyperscan_available,
+    scan_paths,
+)
+
+try:
+    import zstandard
+except ImportError:  # pragma: no cover
+    zstandard = None
+
+HS = pytest.param(
+    "hyperscan", marks=pytest.mark.skipif(not hyperscan_available(), reason="hyperscan not importable")
+)
+ENGINES = ["python", HS]
+CHUNKS = [1, 2, 3, 7, 64, 1 << 20]
+
+
+def reference(patterns: list[Pattern], data: bytes) -> tuple[list[tuple[int, int]], int]:
+    """The specification, naively: per physical line, re.search of each pattern on the line alone."""
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    hits = []
+    for line_no, raw in enumerate(lines, 1):
+        line = raw[:-1] if raw.endswith(b"\r") else raw
+        line = line[:LINE_MATCH_CAP]
+        for idx, p in enumerate(patterns):
+            if re.search(p.regex.encode(), line, re.IGNORECASE if p.ignore_case else 0):
+                hits.append((line_no, idx))
+    return hits, len(lines)
+
+
+def pairs(res: ScanResult) -> list[tuple[int, int]]:
+    return [(h.line_no, h.pattern) for h in res.hits]
+
+
+def scan(patterns: list[Pattern], data: bytes, engine: str, chunk_size: int = 1 << 20, **kw) -> ScanResult:
+    return Scanner(patterns, engine=engine, chunk_size=chunk_size, **kw).scan_bytes(data)
+
+
+LOG = (
+    b"2024-05-01 step 1/100 loss 2.31\n"
+    b"NCCL INFO Channel 00/32\n"
+    b"step 2/100 loss 2.20\n"
+    b"torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
+    b"step 3/100 loss 2.10\n"
+    b"Killed\n"
+)
+PATS = [
+    Pattern("oom", r"CUDA out of memory\. Tried to allocate (?P<amount>[\d.]+ [GM]iB)"),
+    Pattern("step", r"^step (?P<step>\d+)/(?P<total>\d+)", keep="last"),
+    Pattern("killed", r"^Killed$"),
+]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Unit tests
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("chunk_size", CHUNKS)
+def test_basic_line_numbers_groups_and_keep_last(engine: str, chunk_size: int) -> None:
+    res = scan(PATS, LOG, engine, chunk_size)
+    assert pairs(res) == [(4, 0), (5, 1), (6, 2)]
+    assert res.hits[0].groups == {"amount": "2.00 GiB"}
+    assert res.hits[0].text.startswith("torch.cuda.OutOfMemoryError")
+    assert res.hits[1].groups == {"step": "3", "total": "100"}
+    assert res.counts == {0: 1, 1: 2, 2: 1}  # keep="last" still counts every hit
+    assert res.total_lines == 6
+    assert res.tail[-1] == (6, "Killed")
+    assert [ln for ln, _ in res.tail] == [1, 2, 3, 4, 5, 6]
+    assert not res.issues and not res.binary and not res.truncated
+    assert res.bytes_read == len(LOG)
+    assert res.engine == ("python-re" if engine == "python" else res.engine)
+    assert res.engine.startswith("hyperscan ") or engine == "python"
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("chunk_size", CHUNKS)
+def test_crlf_and_final_line_without_newline(engine: str, chunk_size: int) -> None:
+    data = b"alpha\r\nbeta end\r\n\r\ngamma end"
+    pats = [Pattern("end", r"end$"), Pattern("a", r"^a\w+$"), Pattern("g", r"\Agamma")]
+    res = scan(pats, data, engine, chunk_size)
+    assert pairs(res) == [(1, 1), (2, 0), (4, 0), (4, 2)]
+    assert all("\r" not in h.text for h in res.hits)
+    assert res.total_lines == 4
+    assert res.tail == [(1, "alpha"), (2, "beta end"), (3, ""), (4, "gamma end")]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_empty_and_newline_only_inputs(engine: str) -> None:
+    assert scan(PATS, b"", engine).total_lines == 0
+    assert scan(PATS, b"\n", engine).total_lines == 1
+    res = scan(PATS, b"\n\nKilled", engine, 1)
+    assert res.total_lines == 3 and pairs(res) == [(3, 2)]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("chunk_size", [64 << 10, 1 << 20, 8 << 20])
+def test_giant_line_matched_on_first_mib_only(engine: str, chunk_size: int) -> None:
+    giant = b"HEAD " + b"x" * (3 * LINE_MATCH_CAP) + b" TAIL"
+    data = b"first\n" + giant + b"\nKilled\n" + giant  # the second giant line ends the file
+    pats = [Pattern("head", r"HEAD"), Pattern("tail", r"TAIL"), Pattern("killed", r"^Killed$")]
+    res = scan(pats, data, engine, chunk_size, tail_lines=2)
+    assert pairs(res) == [(2, 0), (3, 2), (4, 0)]
+    assert res.total_lines == 4
+    assert res.issues == [
+        f"line 2 is {len(giant)} bytes; matched on its first 1 MiB only",
+        f"line 4 is {len(giant)} bytes; matched on its first 1 MiB only",
+    ]
+    assert len(res.hits[0].text) == TEXT_CHARS
+    assert res.tail[0] == (3, "Killed") and len(res.tail[1][1]) == TEXT_CHARS
+
+
+@pytest.mark.parametrize("chunk_size", [7, 64 << 10, 1 << 20, 8 << 20])
+def test_giant_crlf_line_length_excludes_the_cr(chunk_size: int) -> None:
+    giant = b"z" * (2 * LINE_MATCH_CAP)
+    res = scan([Pattern("z", "zz")], giant + b"\r\nok\r\n" + giant + b"\r", "python", chunk_size)
+    assert res.total_lines == 3 and pairs(res) == [(1, 0), (3, 0)]
+    assert res.issues == [f"line {n} is {len(giant)} bytes; matched on its first 1 MiB only" for n in (1, 3)]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_line_of_exactly_the_cap_is_not_reported(engine: str) -> None:
+    line = b"y" * (LINE_MATCH_CAP - 3) + b"END"
+    res = scan([Pattern("end", r"END$")], line + b"\r\n" + line, engine, 4096)
+    assert pairs(res) == [(1, 0), (2, 0)] and not res.issues
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("chunk_size", [1, 5, 1 << 20])
+def test_invalid_utf8_and_non_ascii_pattern(engine: str, chunk_size: int) -> None:
+    data = "ok\n进程已杀死 pid=42\n".encode() + b"bad \xff\xfe bytes \xc3 Killed\n"
+    pats = [Pattern("zh", r"已杀死 pid=(?P<pid>\d+)"), Pattern("killed", r"Killed")]
+    res = scan(pats, data, engine, chunk_size)
+    assert pairs(res) == [(2, 0), (3, 1)]
+    assert res.hits[0].text == "进程已杀死 pid=42" and res.hits[0].groups == {"pid": "42"}
+    assert "\ufffd" in res.hits[1].text and res.hits[1].text.endswith("Killed")
+    assert not res.binary
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_ignore_case_and_none_groups_omitted(engine: str) -> None:
+    pats = [Pattern("err", r"(?P<kind>fatal|error)(?: code (?P<code>\d+))?", ignore_case=True)]
+    res = scan(pats, b"ERROR code 7\nFatal\nfine\n", engine)
+    assert pairs(res) == [(1, 0), (2, 0)]
+    assert res.hits[0].groups == {"kind": "ERROR", "code": "7"}
+    assert res.hits[1].groups == {"kind": "Fatal"}
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_max_hits_counts_beyond_the_cap(engine: str) -> None:
+    data = b"".join(b"warn %d\n" % i for i in range(50))
+    res = scan([Pattern("w", r"^warn \d+", max_hits=5)], data, engine, 7)
+    assert pairs(res) == [(i, 0) for i in range(1, 6)]
+    assert res.counts == {0: 50}
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_patterns_never_span_lines(engine: str) -> None:
+    data = b"foo\nbar\nfoo bar\nfoo   \n  bar\n"
+    pats = [Pattern("fb", r"foo\s+bar"), Pattern("neg", r"o[^x]*b"), Pattern("dot", r"(?s)o.b")]
+    res = scan(pats, data, engine, 3)
+    assert pairs(res) == [(3, 0), (3, 1), (3, 2)]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_end_anchor_inside_alternation_and_python_brace_syntax(engine: str) -> None:
+    pats = [Pattern("alt", r"(?:done$|fail)"), Pattern("brace", r"ab{,2}c")]
+    res = scan(pats, b"x done\nfail here\ndone x\nac\nabbc\nabbbc\n", engine, 4)
+    assert pairs(res) == [(1, 0), (2, 0), (4, 1), (5, 1)]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_end_anchor_before_final_newline(engine: str) -> None:
+    # hyperscan 5.4 misses this match in block mode; the scanner must not.
+    res = scan([Pattern("x", r"(?:aa|b)$")], b"abababababa\nabab\n", engine)
+    assert pairs(res) == [(2, 0)]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_verbose_pattern(engine: str) -> None:
+    pats = [Pattern("v", "(?x) cuda \\s+ error  # a comment")]
+    res = scan(pats, b"cuda  error\ncudaerror\n", engine)
+    assert pairs(res) == [(1, 0)]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_bad_patterns_raise_value_error_naming_the_pattern(engine: str) -> None:
+    with pytest.raises(ValueError, match=r"^pattern broken: "):
+        Scanner([Pattern("ok", "fine"), Pattern("broken", r"(unclosed")], engine=engine)
+    with pytest.raises(ValueError, match=r"^pattern empty: .*empty string"):
+        Scanner([Pattern("empty", r"x*")], engine=engine)
+    with pytest.raises(ValueError, match=r"^pattern k: "):
+        Scanner([Pattern("k", r"x", keep="first")], engine=engine)
+
+
+@pytest.mark.skipif(not hyperscan_available(), reason="hyperscan not importable")
+def test_backreference_rejected_by_hyperscan() -> None:
+    with pytest.raises(ValueError, match=r"^pattern br: hyperscan"):
+        Scanner([Pattern("br", r"(a)\1")], engine="hyperscan")
+
+
+def test_engine_selection() -> None:
+    assert Scanner(PATS, engine="python").engine == "python-re"
+    auto = Scanner(PATS).engine
+    assert auto.startswith("hyperscan ") if hyperscan_available() else auto == "python-re"
+    with pytest.raises(ValueError):
+        Scanner(PATS, engine="grep")
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_no_patterns(engine: str) -> None:
+    res = scan([], LOG, engine)
+    assert res.hits == [] and res.counts == {} and res.total_lines == 6
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Files, compression, errors
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_gzip_and_multimember_gzip(tmp_path: Path, engine: str) -> None:
+    p = tmp_path / "train.log.gz"
+    p.write_bytes(gzip.compress(LOG[:40]) + gzip.compress(LOG[40:]))
+    res = Scanner(PATS, engine=engine, chunk_size=5).scan_path(p)
+    assert pairs(res) == [(4, 0), (5, 1), (6, 2)]
+    assert res.bytes_read == p.stat().st_size and not res.truncated and not res.issues
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_truncated_gzip_keeps_data_so_far(tmp_path: Path, engine: str) -> None:
+    data = (
+        b"".join(b"line %d ok\n" % i for i in range(20000)) + b"CUDA out of memory. Tried to allocate 1 GiB\n"
+    )
+    comp = gzip.compress(data)
+    p = tmp_path / "cut.log.gz"
+    p.write_bytes(comp[: len(comp) * 3 // 4])
+    res = Scanner(PATS, engine=engine).scan_path(p)
+    assert res.truncated
+    assert 0 < res.total_lines < 20001
+    assert any(i.startswith("gzip stream truncated after line ") for i in res.issues)
+    assert res.hits == []
+    # Everything before the cut is scanned: line texts in the tail are intact and consecutive.
+    ln, text = res.tail[-2]
+    assert text == f"line {ln - 1} ok"
+
+
+@pytest.mark.skipif(zstandard is None, reason="zstandard not importable")
+@pytest.mark.parametrize("engine", ENGINES)
+def test_zstd_and_truncated_zstd(tmp_path: Path, engine: str) -> None:
+    cctx = zstandard.ZstdCompressor()
+    p = tmp_path / "train.log.zst"
+    p.write_bytes(cctx.compress(LOG[:40]) + cctx.compress(LOG[40:]))
+    res = Scanner(PATS, engine=engine).scan_path(p)
+    assert pairs(res) == [(4, 0), (5, 1), (6, 2)] and not res.truncated
+    big = b"".join(b"line %d\n" % i for i in range(200000))
+    comp = cctx.compress(big)
+    p.write_bytes(comp[: len(comp) // 2])
+    res = Scanner(PATS, engine=engine).scan_path(p)
+    assert res.truncated and any("zstd stream truncated" in i for i in res.issues)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_binary_content_is_scanned_and_flagged(engine: str) -> None:
+    data = b"\x00\x01\x02 Killed\n" * 10 + b"Killed\n"
+    res = scan(PATS, data, engine)
+    assert res.binary
+    assert any("binary" in i for i in res.issues)
+    assert pairs(res) == [(11, 2)]
+
+
+def test_mostly_undecodable_is_binary() -> None:
+    res = scan(PATS, bytes(range(128, 256)) * 100, "python")
+    assert res.binary
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_unreadable_paths_never_raise(tmp_path: Path, engine: str) -> None:
+    sc = Scanner(PATS, engine=engine)
+    missing = sc.scan_path(tmp_path / "nope.log")
+    assert missing.issues == ["file not found"] and missing.hits == [] and missing.total_lines == 0
+    assert sc.scan_path(tmp_path).issues == ["is a directory"]
+
+
+@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root can read anything")
+def test_permission_denied(tmp_path: Path) -> None:
+    p = tmp_path / "secret.log"
+    p.write_bytes(LOG)
+    p.chmod(0)
+    try:
+        assert Scanner(PATS).scan_path(p).issues == ["permission denied"]
+    finally:
+        p.chmod(0o600)
+
+
+def test_permission_denied_via_open(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    p = tmp_path / "secret.log"
+    p.write_bytes(LOG)
+
+    def deny(*_a: object, **_k: object) -> None:
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr("builtins.open", deny)
+    assert Scanner(PATS).scan_path(p).issues == ["permission denied"]
+
+
+def test_scan_paths_parallel_in_input_order(tmp_path: Path) -> None:
+    paths = []
+    for i in range(5):
+        p = tmp_path / f"r{i}.log"
+        p.write_bytes(b"x\n" * i + b"Killed\n")
+        paths.append(str(p))
+    paths.append(str(tmp_path / "missing.log"))
+    sc = Scanner(PATS)
+    for jobs in (None, 1, 2):
+        results = scan_paths(sc, paths, jobs=jobs)
+        assert [r.path for r in results] == paths
+        assert [pairs(r) for r in results[:5]] == [[(i + 1, 2)] for i in range(5)]
+        assert results[5].issues == ["file not found"]
+    assert scan_paths(sc, []) == []
+
+
+def test_scanner_pickles() -> None:
+    sc = pickle.loads(pickle.dumps(Scanner(PATS, tail_lines=3, chunk_size=5)))
+    res = sc.scan_bytes(LOG)
+    assert pairs(res) == [(4, 0), (5, 1), (6, 2)] and len(res.tail) == 3
+
+
+def test_no_progress_output_when_not_a_tty(capfd: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    p = tmp_path / "a.log"
+    p.write_bytes(LOG)
+    Scanner(PATS).scan_path(p)
+    assert capfd.readouterr().err == ""
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Property-based: hyperscan engine == python engine == naive per-line reference, for any chunking
+
+_PIECES = [b"a", b"b", b"ab", b" ", b"\r", b"1", b"42", "é".encode(), "已".encode(), b"\xff", b"\t", b"x"]
+_line = st.lists(st.sampled_from(_PIECES), max_size=8).map(b"".join)
+_ATOMS = [
+    "a",
+    "b",
+    "ab",
+    "ba",
+    "é",
+    "已",
+    " ",
+    r"\d",
+    r"\d+",
+    r"\s",
+    r"\s+",
+    r"\w",
+    "[ab]",
+    "[^a]",
+    "[^x]*b",
+    ".",
+    "a.*b",
+    r"\bab",
+    "b{,2}a",
+    "(?P<g>a+)",
+    "(?:a|1)",
+]
+_ANCHORS_START = ["", "", "^", r"\A"]
+_ANCHORS_END = ["", "", "$", r"\Z"]
+
+
+@st.composite
+def _regex(draw: st.DrawFn) -> str:
+    body = "".join(draw(st.lists(st.sampled_from(_ATOMS), min_size=1, max_size=3)))
+    rx = draw(st.sampled_from(_ANCHORS_START)) + body + draw(st.sampled_from(_ANCHORS_END))
+    if draw(st.booleans()):
+        rx = "(?:" + rx + "|" + draw(st.sampled_from(_ATOMS)) + "$)"
+    return rx
+
+
+@st.composite
+def _pattern(draw: st.DrawFn) -> Pattern:
+    rx = draw(_regex())
+    assume(rx.count("(?P<g>") <= 1)
+    ic = draw(st.booleans())
+    assume(re.search(rx.encode(), b"", re.IGNORECASE if ic else 0) is None)
+    return Pattern(id=rx, regex=rx, ignore_case=ic)
+
+
+@st.composite
+def _log(draw: st.DrawFn) -> bytes:
+    lines = draw(st.lists(_line, max_size=12))
+    sep = draw(st.sampled_from([b"\n", b"\r\n"]))
+    data = sep.join(lines)
+    if lines and draw(st.booleans()):
+        data += sep
+    return data
+
+
+_ENGINES_AVAILABLE = ["python"] + (["hyperscan"] if hyperscan_available() else [])
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    patterns=st.lists(_pattern(), min_size=1, max_size=4),
+    data=_log(),
+    chunk_size=st.integers(min_value=1, max_value=40),
+)
+def test_engines_agree_with_reference(patterns: list[Pattern], data: bytes, chunk_size: int) -> None:
+    expected, n_lines = reference(patterns, data)
+    for engine in _ENGINES_AVAILABLE:
+        for cs in (chunk_size, 1 << 20):
+            res = scan(patterns, data, engine, cs)
+            assert pairs(res) == expected, (engine, cs)
+            assert res.total_lines == n_lines
+            assert sum(res.counts.values()) == len(expected)
+            for h in res.hits:  # groups come from re on the exact line
+                line = data.split(b"\n")[h.line_no - 1].removesuffix(b"\r")
+                m = re.search(
+                    patterns[h.pattern].regex.encode(), line, re.I if patterns[h.pattern].ignore_case else 0
+                )
+                assert m is not None
+                assert h.groups == {
+                    k: v.decode("utf-8", "replace") for k, v in m.groupdict().items() if v is not None
+                }
+                assert h.text == line.decode("utf-8", "replace")
+
+
+@settings(max_examples=100, deadline=None)
+@given(data=_log(), chunk_size=st.integers(min_value=1, max_value=16), tail=st.integers(0, 5))
+def test_tail_and_line_count_match_reference(data: bytes, chunk_size: int, tail: int) -> None:
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    texts = [ln.removesuffix(b"\r").decode("utf-8", "replace") for ln in lines]
+    res = Scanner([Pattern("a", "a")], tail_lines=tail, engine="python", chunk_size=chunk_size).scan_bytes(
+        data
+    )
+    assert res.total_lines == len(lines)
+    want = list(enumerate(texts, 1))[-tail:] if tail else []
+    assert res.tail == want

@@ -1,0 +1,74 @@
+"""Every fixtures/curves_* run diagnoses to its expected id, without a traceback (bar the leak-then-OOM)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import FIXTURES, diagnose_dir, top_id
+from mldebug_rules.engine.packs import KnowledgeBase
+
+CURVES = sorted(p for p in FIXTURES.glob("curves_*") if p.is_dir())
+
+
+def test_there_is_a_fixture_per_format() -> None:
+    names = " ".join(p.name for p in CURVES)
+    for fmt in (
+        "hf_logdict",
+        "hf_state",
+        "lightning_csv",
+        "lightning_bar",
+        "megatron",
+        "torchvision",
+        "timm",
+        "generic_step",
+        "jsonl",
+        "tensorboard",
+        "wandb",
+    ):
+        assert f"curves_{fmt}" in names
+
+
+@pytest.mark.parametrize("fixture", CURVES, ids=[p.name for p in CURVES])
+def test_curve_fixture_diagnoses_to_expected(fixture: Path, kb: KnowledgeBase) -> None:
+    expected = yaml.safe_load((fixture / "expected.yaml").read_text())
+    assert expected["origin"] == "synthetic" and expected["source"]
+    rep = diagnose_dir(fixture, kb=kb)
+    assert top_id(rep) == expected["diagnosis"], [(h["id"], h["score"]) for h in rep["hypotheses"]]
+    if fixture.name != "curves_torchvision_leak_oom":
+        logs = [p for p in fixture.rglob("*") if p.suffix in (".log", ".txt", ".out")]
+        assert not any("Traceback (most recent call last)" in p.read_text(errors="replace") for p in logs)
+    top = rep["hypotheses"][0]
+    assert (
+        any(e["fact"] == "metric.trend" for e in top["evidence"])
+        or expected["diagnosis"] == "completed_normally"
+    )
+
+
+def test_early_stopped_hf_run_is_no_failure(kb: KnowledgeBase) -> None:
+    rep = diagnose_dir(FIXTURES / "curves_hf_early_stopping", kb=kb)
+    assert rep["verdict"] == "no_failure"
+    assert [h["id"] for h in rep["hypotheses"]] == ["completed_normally"]
+
+
+def test_memory_leak_ranks_above_the_oom_it_caused(kb: KnowledgeBase) -> None:
+    rep = diagnose_dir(FIXTURES / "curves_torchvision_leak_oom", kb=kb)
+    ids = [h["id"] for h in rep["hypotheses"]]
+    assert ids[0] == "gpu_memory_leak" and "gpu_oom" in ids
+    oom = next(h for h in rep["hypotheses"] if h["id"] == "gpu_oom")
+    assert "gpu_memory_leak" in oom.get("explained_by", [])
+
+
+def test_trend_evidence_states_window_and_points(kb: KnowledgeBase) -> None:
+    from mldebug_rules.diagnose import Request, diagnose
+
+    d = diagnose(Request(run_dirs=[FIXTURES / "curves_jsonl_memory_leak"], offline=True), kb=kb)
+    (mem,) = [f for f in d.facts if f.kind == "metric.trend" and f.attrs["trend"] == "growing"]
+    assert mem.attrs["window_start"] >= 0 and mem.attrs["window_end"] > mem.attrs["window_start"]
+    assert mem.attrs["points"] >= 20 and mem.source.startswith("metrics.jsonl:")
+
+
+def test_param_override_reaches_the_detector() -> None:
+    rep = diagnose_dir(FIXTURES / "curves_timm_data_wait", params={"data_wait_share": "0.95"})
+    assert "input_pipeline_bottleneck" not in [h["id"] for h in rep["hypotheses"]]

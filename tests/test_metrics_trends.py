@@ -1,0 +1,164 @@
+"""Trend detectors either side of each threshold, and thresholds moved by pack parameters."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import pytest
+from mldebug_rules.collectors.metrics_series import SeriesSet
+from mldebug_rules.collectors.trends import DEFAULTS, chance_classes, detect
+
+
+def _ss(**series: Sequence[float]) -> SeriesSet:
+    ss = SeriesSet("t")
+    for name, values in series.items():
+        for i, v in enumerate(values):
+            ss.add(name, i, v)
+    return ss
+
+
+def _trends(ss: SeriesSet, params: Mapping[str, float] | None = None) -> dict[str, object]:
+    return {t.trend: t for t in detect(ss, params)}
+
+
+def test_nan_onset_first_point_vs_later() -> None:
+    first = _trends(_ss(loss=[math.nan, math.nan, 1.0]))["nan_onset"]
+    assert first.points == 0 and first.step == 0 and first.window_end == 0  # type: ignore[attr-defined]
+    later = _trends(_ss(loss=[2.0, 1.9, math.inf]))["nan_onset"]
+    assert later.points == 2 and later.step == 2  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("end", "grad_end", "expect"),
+    [
+        (3.1, 2.1, "diverging"),
+        (2.9, 2.1, None),
+        (3.1, 1.9, "rising"),
+    ],
+)
+def test_divergence_thresholds(end: float, grad_end: float, expect: str | None) -> None:
+    # min loss 1.0 at step 4; the last three losses' median is `end` (x3 = diverge_rise_factor)
+    loss = [2.0, 1.8, 1.5, 1.2, 1.0, 1.5, 2.0, end, end, end]
+    grad = [1.0] * 5 + [1.5, 1.8, grad_end, grad_end, grad_end]
+    got = _trends(_ss(loss=loss, grad_norm=grad))
+    names = {"diverging", "rising"} & set(got)
+    assert names == ({expect} if expect else set())
+
+
+def test_rising_without_grad_norm() -> None:
+    assert "rising" in _trends(_ss(loss=[2.0, 1.5, 1.0, 1.2, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0]))
+
+
+def test_divergence_param_override() -> None:
+    loss = [2.0, 1.8, 1.5, 1.2, 1.0, 1.5, 2.0, 2.5, 2.5, 2.5]
+    assert "rising" not in _trends(_ss(loss=loss))
+    assert "rising" in _trends(_ss(loss=loss), {"diverge_rise_factor": 2.4})
+
+
+@pytest.mark.parametrize(("jitter", "flat"), [(0.01, True), (0.04, False)])
+def test_plateau_spread_threshold(jitter: float, flat: bool) -> None:
+    # 10th-90th percentile spread of the last half vs plateau_rel_range (3%) of a level of 1.0
+    loss = [1.0 + (jitter / 2 if i % 2 else -jitter / 2) for i in range(40)]
+    assert ("plateau" in _trends(_ss(loss=loss))) is flat
+
+
+def test_plateau_needs_no_improvement() -> None:
+    converged = [3.0 - 0.2 * i for i in range(10)] + [1.0] * 30
+    assert "plateau" not in _trends(_ss(loss=converged))
+
+
+@pytest.mark.parametrize(
+    ("value", "k"), [(2.3026, 10), (0.6931, 2), (4.6052, 100), (6.9078, 1000), (2.35, None), (-1.0, None)]
+)
+def test_chance_classes(value: float, k: int | None) -> None:
+    assert chance_classes(value, DEFAULTS["chance_abs_tol"]) == k
+
+
+def test_chance_level_noted_only_at_ln_k() -> None:
+    assert "chance_level" in _trends(_ss(loss=[0.6931] * 20))
+    got = _trends(_ss(loss=[0.75] * 20))
+    assert "plateau" in got and "chance_level" not in got
+
+
+@pytest.mark.parametrize(("val_end", "expect"), [(1.06, True), (1.04, False)])
+def test_overfitting_threshold(val_end: float, expect: bool) -> None:
+    ss = SeriesSet("t")
+    for i in range(20):
+        ss.add("loss", i * 10, 2.0 - 0.08 * i)
+    for i, v in enumerate([1.5, 1.2, 1.0, val_end, val_end]):
+        ss.add("val_loss", i * 40 + 39, v)
+    assert ("overfitting" in _trends(ss)) is expect
+
+
+def test_overfitting_needs_train_falling() -> None:
+    ss = SeriesSet("t")
+    for i in range(20):
+        ss.add("loss", i * 10, 1.0)
+    for i, v in enumerate([1.5, 1.2, 1.0, 1.3, 1.3]):
+        ss.add("val_loss", i * 40 + 39, v)
+    assert "overfitting" not in _trends(ss)
+
+
+@pytest.mark.parametrize(("factor", "expect"), [(4.1, True), (3.9, False)])
+def test_spike_threshold(factor: float, expect: bool) -> None:
+    loss = [1.0] * 15 + [factor] + [1.0] * 5
+    assert ("spike" in _trends(_ss(loss=loss))) is expect
+
+
+@pytest.mark.parametrize(("step_mb", "expect"), [(4.0, True), (3.8, False)])
+def test_memory_growth_fraction(step_mb: float, expect: bool) -> None:
+    # 30 points, 3 skipped as warm-up: growth = 26 * step_mb / (1000 + 3 * step_mb) vs 10%: 10.3%, 9.8%
+    mem = [1000.0 + step_mb * i for i in range(30)]
+    assert ("growing" in _trends(_ss(mem=mem))) is expect
+
+
+def test_memory_mostly_flat_is_not_growing() -> None:
+    mem = [1000.0 + (300.0 if i % 3 == 0 and i > 20 else 0.0) + (i // 10) * 200.0 for i in range(40)]
+    assert "growing" not in _trends(_ss(mem=mem))
+    assert "growing" not in _trends(_ss(mem=[1000.0 + i for i in range(19)]))  # too few points
+
+
+@pytest.mark.parametrize(("late", "expect"), [(65.0, True), (75.0, False)])
+def test_throughput_drop(late: float, expect: bool) -> None:
+    tp = [100.0] * 20 + [late] * 10
+    assert ("throughput_drop" in _trends(_ss(throughput=tp))) is expect
+
+
+@pytest.mark.parametrize(("data", "expect"), [(0.41, True), (0.39, False)])
+def test_data_wait_share(data: float, expect: bool) -> None:
+    assert ("data_wait" in _trends(_ss(data_time=[data] * 20, step_time=[1.0] * 20))) is expect
+
+
+def test_data_wait_param_override() -> None:
+    ss = _ss(data_time=[0.3] * 20, step_time=[1.0] * 20)
+    assert "data_wait" not in _trends(ss)
+    assert "data_wait" in _trends(ss, {"data_wait_share": 0.25})
+
+
+def test_loss_scale_collapse_and_skipped_steps() -> None:
+    healthy = _trends(_ss(loss_scale=[65536.0, 32768.0, 65536.0, 131072.0], skipped_iters=[16, 0, 1, 0, 0]))
+    assert "loss_scale_collapse" not in healthy and "skipped_steps" not in healthy  # start-up search
+    collapsed = _trends(_ss(loss_scale=[65536.0, 65536.0, 256.0, 1.0], skipped_iters=[16, 0, 5, 5, 5]))
+    assert collapsed["loss_scale_collapse"].value == 1.0  # type: ignore[attr-defined]
+    assert collapsed["skipped_steps"].value == 15.0  # type: ignore[attr-defined]
+    assert "skipped_steps" not in _trends(_ss(skipped_iters=[0, 3, 3, 3]))  # 9 < 10
+
+
+def test_nan_sudden_vs_preceded() -> None:
+    sudden = _trends(_ss(loss=[1.0, 0.99, 0.98, 0.97, math.nan]))
+    assert "nan_sudden" in sudden
+    built_up = _trends(
+        _ss(loss=[2.0, 1.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, math.nan], grad_norm=[1.0] * 3 + [10.0] * 6)
+    )
+    assert "nan_sudden" not in built_up and "diverging" in built_up
+    too_short = _trends(_ss(loss=[1.0, 0.9, math.nan]))
+    assert "nan_sudden" not in too_short
+
+
+def test_stop_reason_only_from_structured_records() -> None:
+    ss = _ss(loss=[1.0, 0.9])
+    ss.stop = "early_stopping"
+    assert _trends(ss)["stopped"].note == "early_stopping"  # type: ignore[attr-defined]
+    ss.stop_from_log = True
+    assert "stopped" not in _trends(ss)

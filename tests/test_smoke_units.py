@@ -1,0 +1,297 @@
+"""Smoke building blocks: recipes per framework, command discovery, classification, outcome mapping, state
+concurrency and control pairing."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import sys
+from pathlib import Path
+
+import pytest
+from mldebug_rules.collectors.smoke_state import append_record, read_records, state_path
+from mldebug_rules.engine.packs import KnowledgeBase
+
+from mldebug_rules.errors import UsageError
+from mldebug_rules.smoke_controls import effect_of, find_baseline, pairs, parse_control
+from mldebug_rules.smoke_exec import Execution, classify, failure_signatures, run_command, signature_scanner
+from mldebug_rules.smoke_recipe import apply_recipe, find_command, parse_command_line, split_command
+from mldebug_rules.smokecmd import map_outcome, smokes_for
+
+HALVE = {"overrides": {"batch_size": 1, "max_steps": 1}}
+FP32 = {"overrides": {"precision": "32", "fp16": False, "bf16": False}}
+
+
+# --- recipes ------------------------------------------------------------------------------------------------
+def test_hf_trainer_flags() -> None:
+    argv = [
+        "python",
+        "run_clm.py",
+        "--per_device_train_batch_size=16",
+        "--max_steps",
+        "500",
+        "--fp16",
+        "--lr_x",
+        "1",
+    ]
+    ap = apply_recipe(argv, HALVE)
+    assert ap.framework == "hf"
+    assert ap.argv == [
+        "python",
+        "run_clm.py",
+        "--per_device_train_batch_size=1",
+        "--max_steps",
+        "1",
+        "--fp16",
+        "--lr_x",
+        "1",
+    ]
+    ap = apply_recipe(argv, FP32)
+    assert "--fp16" not in ap.argv and ap.unapplied == {}
+    ap = apply_recipe(["python", "t.py", "--output_dir", "o", "--bf16", "True"], FP32)
+    assert ap.argv == ["python", "t.py", "--output_dir", "o"]
+    ap = apply_recipe(
+        ["python", "t.py", "--output_dir", "o"], {"overrides": {"learning_rate": 0, "num_workers": 0}}
+    )
+    assert ap.argv[-4:] == ["--learning_rate", "0", "--dataloader_num_workers", "0"]
+
+
+def test_lightning_cli_flags() -> None:
+    argv = [
+        "python",
+        "main.py",
+        "fit",
+        "--trainer.max_steps=1000",
+        "--data.batch_size",
+        "64",
+        "--trainer.precision",
+        "16-mixed",
+    ]
+    ap = apply_recipe(
+        argv, {"overrides": {"batch_size": 1, "max_steps": 1, "precision": "32", "fp16": False}}
+    )
+    assert ap.framework == "lightning"
+    assert ap.argv == [
+        "python",
+        "main.py",
+        "fit",
+        "--trainer.max_steps=1",
+        "--data.batch_size",
+        "1",
+        "--trainer.precision",
+        "32",
+    ]
+    ap = apply_recipe(
+        ["python", "main.py", "fit", "--trainer.devices", "8"], {"overrides": {"num_workers": 0}}
+    )
+    assert ap.argv[-2:] == ["--data.num_workers", "0"]
+
+
+def test_hydra_overrides() -> None:
+    argv = ["python", "train.py", "experiment=big", "data.batch_size=256", "trainer.precision=bf16-mixed"]
+    ap = apply_recipe(argv, {"overrides": {"batch_size": 1, "precision": "32", "max_steps": 1}})
+    assert ap.framework == "hydra"
+    assert ap.argv == [
+        "python",
+        "train.py",
+        "experiment=big",
+        "data.batch_size=1",
+        "trainer.precision=32",
+        "++trainer.max_steps=1",
+    ]
+    ap = apply_recipe(["python", "train.py", "loader.batch_size=8"], {"overrides": {"batch_size": 2}})
+    assert ap.argv[-1] == "loader.batch_size=2"  # matched by the last key component
+
+
+def test_plain_argparse_only_changes_existing_flags() -> None:
+    ap = apply_recipe(["python", "train.py", "--batch-size", "64", "--epochs", "3"], HALVE)
+    assert ap.framework == "argparse"
+    assert ap.argv == ["python", "train.py", "--batch-size", "1", "--epochs", "3"]
+    assert ap.unapplied == {"max_steps": 1}  # no flag for it: the user sets it in the code
+
+
+def test_env_and_launcher_flags() -> None:
+    argv = [
+        "NCCL_DEBUG=WARN",
+        "torchrun",
+        "--nnodes",
+        "2",
+        "--nproc-per-node=8",
+        "train.py",
+        "--batch_size",
+        "4",
+    ]
+    ap = apply_recipe(argv, {"env": {"CUDA_VISIBLE_DEVICES": "0"}, "args": ["--nproc-per-node", "1"]})
+    assert ap.argv == [
+        "env",
+        "NCCL_DEBUG=WARN",
+        "CUDA_VISIBLE_DEVICES=0",
+        "torchrun",
+        "--nnodes",
+        "2",
+        "--nproc-per-node=1",
+        "train.py",
+        "--batch_size",
+        "4",
+    ]
+    ap = apply_recipe(
+        ["python", "-m", "torch.distributed.run", "--nproc_per_node", "4", "-m", "pkg.train"],
+        {"args": ["--nproc-per-node", "1"]},
+    )
+    assert ap.argv == ["python", "-m", "torch.distributed.run", "--nproc_per_node", "1", "-m", "pkg.train"]
+    ap = apply_recipe(["accelerate", "launch", "train.py"], {"overrides": {"nproc": 1}})
+    assert ap.argv == ["accelerate", "launch", "--num_processes", "1", "train.py"]
+    ap = apply_recipe(["python", "train.py"], {"args": ["--nproc-per-node", "1"]})
+    assert ap.argv == ["python", "train.py"] and ap.notes
+
+
+def test_split_command_finds_script() -> None:
+    sp = split_command(["torchrun", "--standalone", "--nproc_per_node", "2", "train.py", "--lr", "1"])
+    assert sp.launcher == "torchrun" and sp.args == ["--lr", "1"]
+    sp = split_command(["python3", "-m", "pkg.train", "a=1"])
+    assert sp.launcher is None and sp.args == ["a=1"]
+
+
+# --- finding the command ------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("line", "argv"),
+    [
+        (
+            "+ torchrun --nproc_per_node 8 train.py --lr 1",
+            ["torchrun", "--nproc_per_node", "8", "train.py", "--lr", "1"],
+        ),
+        ("$ CUDA_VISIBLE_DEVICES=0,1 python train.py", ["CUDA_VISIBLE_DEVICES=0,1", "python", "train.py"]),
+        ("Running with args: ['run_glue.py', '--do_train']", ["python", "run_glue.py", "--do_train"]),
+        (
+            "Command: accelerate launch --num_processes 2 sft.py",
+            ["accelerate", "launch", "--num_processes", "2", "sft.py"],
+        ),
+        ("step 10 loss 2.3", None),
+        ('  File "/usr/lib/python3.10/runpy.py", line 196', None),
+    ],
+)
+def test_parse_command_line(line: str, argv: list[str] | None) -> None:
+    assert parse_command_line(line) == argv
+
+
+def test_find_command_sources(tmp_path: Path) -> None:
+    (tmp_path / "train.log").write_text("hello\n[launcher] python train.py --batch-size 8\nstep 1\n")
+    found = find_command(tmp_path)
+    assert found is not None and found.source == "train.log:2" and found.argv[-1] == "8"
+    (tmp_path / "node.mldebug.json").write_text(
+        json.dumps({"processes": [{"pid": 1, "cmdline": ["/usr/bin/python3", "-u", "main.py", "fit"]}]})
+    )
+    found = find_command(tmp_path)
+    assert found is not None and found.argv == ["/usr/bin/python3", "-u", "main.py", "fit"]
+    assert find_command(tmp_path, "python x.py --lr 1").argv == ["python", "x.py", "--lr", "1"]  # type: ignore[union-attr]
+    with pytest.raises(UsageError):
+        find_command(tmp_path, "python 'unterminated")
+
+
+# --- classification and outcome mapping ---------------------------------------------------------------------
+def _ex(code: int | None, sigs: dict[str, int] | None = None, timed_out: bool = False) -> Execution:
+    return Execution(["x"], code, timed_out, 0.1, b"", b"", 0, dict(sigs or {}))
+
+
+def test_classify(kb: KnowledgeBase) -> None:
+    fails = failure_signatures(kb)
+    assert "cuda_oom" in fails and "training_completed" not in fails
+    assert classify(_ex(0), ["cuda_oom"], fails)[0] == "passed"
+    assert classify(_ex(0, {"training_completed": 1}), ["cuda_oom"], fails)[0] == "passed"
+    assert classify(_ex(1, {"cuda_oom": 1}), ["cuda_oom"], fails)[0] == "reproduced"
+    assert classify(_ex(1), ["cuda_oom"], fails)[0] == "failed_differently"
+    assert classify(_ex(0, {"enospc": 2}), ["cuda_oom"], fails)[0] == "failed_differently"
+    assert classify(_ex(None, {"cuda_oom": 1}, timed_out=True), ["cuda_oom"], fails)[0] == "timed_out"
+
+
+def test_run_command_scans_whole_output_but_keeps_it_bounded(kb: KnowledgeBase) -> None:
+    code = (
+        "import sys\n"
+        "for i in range(40000): print('filler line', i)\n"
+        "print('torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1 GiB')\n"
+        "for i in range(40000): print('more filler', i)\n"
+        "sys.exit(3)\n"
+    )
+    ex = run_command([sys.executable, "-c", code], 60, signature_scanner(kb), echo=False)
+    assert ex.exit_code == 3 and not ex.timed_out
+    assert ex.signatures.get("cuda_oom") == 1  # seen although it is neither in the kept head nor the tail
+    assert ex.total_bytes > 1_000_000 and len(ex.output()) < 300_000
+    assert b"bytes not kept" in ex.output()
+    assert run_command(["/nonexistent/binary"], 5, signature_scanner(kb), echo=False).error
+
+
+def test_map_outcome(kb: KnowledgeBase) -> None:
+    spec = kb.smokes["halve_batch"]
+    assert map_outcome(spec, "passed", "gpu_oom")[0] == "confirmed"
+    assert map_outcome(spec, "reproduced", "gpu_oom")[0] == "refuted"
+    assert map_outcome(spec, "failed_differently", "gpu_oom")[0] == "inconclusive"
+    assert map_outcome(spec, "timed_out", "gpu_oom") == ("inconclusive", "a timeout decides nothing")
+    assert map_outcome(spec, "passed", "host_oom_kill")[0] == "inconclusive"
+    assert map_outcome(None, "passed", "gpu_oom")[0] == "inconclusive"
+    assert smokes_for(kb, "gpu_oom")[0] == "halve_batch"
+    assert "alloc_expandable_segments" in smokes_for(kb, "gpu_oom")
+
+
+# --- state --------------------------------------------------------------------------------------------------
+def _append_many(run_dir: str, tag: str, n: int) -> None:
+    for i in range(n):
+        append_record(
+            Path(run_dir), {"hypothesis": "gpu_oom", "outcome": "inconclusive", "note": f"{tag}{i}" * 50}
+        )
+
+
+def test_concurrent_appends_never_corrupt(tmp_path: Path) -> None:
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_append_many, args=(str(tmp_path), t, 100)) for t in ("a", "b")]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0
+    lines = state_path(tmp_path).read_bytes().splitlines()
+    assert len(lines) == 200
+    recs = [json.loads(x) for x in lines]  # every line is one whole record
+    assert sorted(r["seq"] for r in recs) == list(range(1, 201))
+    assert len(read_records(tmp_path)) == 200
+
+
+def test_torn_line_is_skipped_and_next_record_stays_whole(tmp_path: Path) -> None:
+    append_record(tmp_path, {"hypothesis": "gpu_oom", "outcome": "refuted"})
+    with state_path(tmp_path).open("ab") as fh:
+        fh.write(b'{"hypothesis": "gpu_oom", "outc')  # a crash mid-write
+    rec = append_record(tmp_path, {"hypothesis": "gpu_oom", "outcome": "confirmed"})
+    assert rec["seq"] == 2
+    assert [r["outcome"] for r in read_records(tmp_path)] == ["refuted", "confirmed"]
+
+
+# --- controls -----------------------------------------------------------------------------------------------
+def test_parse_control() -> None:
+    assert parse_control([]) is None
+    assert parse_control(["precision=fp32"]) == {"name": "precision", "value": "fp32"}
+    for bad in (["precision"], ["colour=red"], ["workers=0", "compile=off"]):
+        with pytest.raises(UsageError):
+            parse_control(bad)
+
+
+def test_effects_and_pairing() -> None:
+    assert effect_of("reproduced", "passed") == "removes_failure"
+    assert effect_of("reproduced", "reproduced") == "no_effect"
+    assert effect_of("passed", "failed_differently") == "introduces_failure"
+    assert effect_of("reproduced", "failed_differently") == "changes_failure"
+    assert effect_of("timed_out", "passed") == "inconclusive"
+    base = {
+        "seq": 1,
+        "kind": "run",
+        "hypothesis": "h",
+        "smoke": "s",
+        "classification": "reproduced",
+        "control": None,
+    }
+    slow = {**base, "seq": 2, "classification": "timed_out"}
+    ctl = {**base, "seq": 3, "classification": "reproduced", "control": {"name": "workers", "value": "0"}}
+    assert find_baseline([base, slow, ctl], ctl) == base  # a timed-out baseline compares with nothing
+    (p,) = pairs([base, slow, ctl])
+    assert p["effect"] == "no_effect" and p["baseline"]["seq"] == 1
+    assert "not the mechanism" in p["mechanism"]
+    (lone,) = pairs([ctl])
+    assert lone["effect"] == "unpaired" and lone["baseline"] is None
