@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from .collectors.base import Context, ProbeOutput, ProbeSpec, run_probes
+from .collectors.ranks import rank_facts
 from .collectors.registry import default_probes
 from .engine.compile import CompiledRules, compile_kb
 from .engine.facts import Fact
@@ -47,6 +48,7 @@ class Diagnosis:
     gate: GateResult
     evidence_seen: bool
     scanner: str
+    unexplained: list[Fact] = field(default_factory=list)
 
 
 def check_inputs(req: Request) -> None:
@@ -94,11 +96,17 @@ def diagnose(
     )
     outputs = run_probes(ctx, list(probes) if probes is not None else default_probes())
     facts: list[Fact] = [f for o in outputs for f in o.facts] + list(extra_facts)
+    facts += rank_facts(facts, kb.registry)  # across ranks: first failure, stragglers, stalls
     result = run_rules(compiled, kb.registry, facts, req.engine)
     hyps = rank(kb, result.firings, result.facts)
     gate = apply_smokes(kb, hyps, facts)
     evidence_seen = any(f.kind.startswith(_EVIDENCE_KINDS) for f in facts)
     if gate.verdict == "no_failure" and not evidence_seen:
+        gate.verdict = "uncertain"
+    unexplained = unexplained_failures(facts) if gate.verdict == "no_failure" else []
+    if unexplained:
+        # A traceback or a root-role signature that no rule explains is a failure we do not know yet: saying
+        # "no failure" there would be a confident wrong answer.
         gate.verdict = "uncertain"
     scanners = sorted({s for o in outputs for s in o.payload.get("scanner", [])})
     return Diagnosis(
@@ -110,8 +118,18 @@ def diagnose(
         engine=result,
         gate=gate,
         evidence_seen=evidence_seen,
+        unexplained=unexplained,
         scanner=", ".join(scanners) or "none",
     )
+
+
+def unexplained_failures(facts: Sequence[Fact]) -> list[Fact]:
+    """Failure evidence that no hypothesis accounts for: a Python traceback in a log's scrollback.
+
+    Signatures are not used here: rules deliberately leave some root signatures unexplained (a loss-scale
+    overflow during the start-up search, a stop message), and only the rules know that."""
+    out = [f for f in facts if f.kind == "log.tail" and f.attrs.get("traceback")]
+    return sorted(out, key=lambda f: (f.file or "", f.line or 0))
 
 
 def facts_by_key(d: Diagnosis) -> Mapping[str, Fact]:
