@@ -1,0 +1,243 @@
+"""``mldebug-rules eval CASES_DIR [LABELS_DIR]``: top-1 / top-3 accuracy of the diagnosis over labelled cases.
+
+Labels come either from LABELS_DIR (one ``<case>.yaml`` per case: ``expected``, optional ``accept`` and
+``difficulty``) or, when LABELS_DIR is omitted, from each case's own ``expected.yaml`` (``diagnosis``,
+optional ``accept``, ``difficulty`` defaulting to ``fixture``). Every case is diagnosed in-process and
+offline with one knowledge base. ``completed_normally`` counts as a hit when the verdict is ``no_failure``.
+
+Exit status: 0 whatever the accuracy; 2 for bad input (one line on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import UsageError
+
+SCHEMA = "mldebug-rules/eval/v1"
+NO_FAILURE_ID = "completed_normally"
+_MAX_DEPTH = 4  # how deep expected.yaml files are looked for under CASES_DIR
+
+
+@dataclass
+class Case:
+    name: str
+    path: Path
+    expected: str
+    accept: list[str] = field(default_factory=list)
+    difficulty: str = "fixture"
+
+
+@dataclass
+class Result:
+    case: str
+    expected: str
+    accept: list[str]
+    difficulty: str
+    verdict: str | None
+    got: list[str]
+    top1: bool
+    top3: bool
+    error: str | None = None
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"{path}: cannot read ({getattr(e, 'strerror', None) or e})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        problem = getattr(e, "problem", None) or "invalid YAML"
+        raise UsageError(f"{where}: {problem}") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"{path}: expected a mapping")
+    return data
+
+
+def _ids(value: Any, path: Path, key: str) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return list(value)
+    raise UsageError(f"{path}: {key!r} must be an id or a list of ids")
+
+
+def _case_from(data: dict[str, Any], path: Path, key: str, name: str, case_dir: Path) -> Case:
+    expected = data.get(key)
+    if not isinstance(expected, str) or not expected.strip():
+        raise UsageError(f"{path}: missing {key!r} (the expected hypothesis id)")
+    difficulty = data.get("difficulty", "fixture")
+    return Case(
+        name=name,
+        path=case_dir,
+        expected=expected.strip(),
+        accept=_ids(data.get("accept"), path, "accept"),
+        difficulty=str(difficulty) if difficulty is not None else "fixture",
+    )
+
+
+def _find_expected(root: Path) -> list[Path]:
+    out: list[Path] = []
+
+    def walk(d: Path, depth: int) -> None:
+        try:
+            entries = sorted(d.iterdir())
+        except OSError:
+            return
+        for e in entries:
+            if e.name == "expected.yaml" and e.is_file():
+                out.append(e)
+        if depth >= _MAX_DEPTH:
+            return
+        for e in entries:
+            if e.is_dir() and not e.is_symlink() and e.name not in (".git", ".mldebug", "__pycache__"):
+                walk(e, depth + 1)
+
+    walk(root, 0)
+    return out
+
+
+def load_cases(cases_dir: Path, labels_dir: Path | None) -> list[Case]:
+    if not cases_dir.is_dir():
+        raise UsageError(f"{cases_dir}: no such cases directory")
+    cases: list[Case] = []
+    if labels_dir is not None:
+        if not labels_dir.is_dir():
+            raise UsageError(f"{labels_dir}: no such labels directory")
+        labels = sorted(p for p in labels_dir.iterdir() if p.suffix in (".yaml", ".yml") and p.is_file())
+        if not labels:
+            raise UsageError(f"{labels_dir}: no <case>.yaml labels")
+        for lab in labels:
+            case_dir = cases_dir / lab.stem
+            if not case_dir.is_dir():
+                raise UsageError(f"{lab}: no case directory {case_dir}")
+            cases.append(_case_from(_read_yaml(lab), lab, "expected", lab.stem, case_dir))
+        return cases
+    for exp in _find_expected(cases_dir):
+        case_dir = exp.parent
+        name = case_dir.relative_to(cases_dir).as_posix() if case_dir != cases_dir else case_dir.name
+        cases.append(_case_from(_read_yaml(exp), exp, "diagnosis", name, case_dir))
+    if not cases:
+        raise UsageError(f"{cases_dir}: no cases (no expected.yaml found; give LABELS_DIR)")
+    return cases
+
+
+def _hit(ids: Sequence[str], verdict: str | None, case: Case) -> bool:
+    fair = {case.expected, *case.accept}
+    if case.expected == NO_FAILURE_ID:  # "nothing failed" is judged by the verdict, not by a listed id
+        return verdict == "no_failure"
+    return any(i in fair for i in ids)
+
+
+def evaluate(cases: Sequence[Case], rules_dirs: Sequence[Path] = ()) -> list[Result]:
+    from . import report
+    from .diagnose import Request, diagnose, load_kb
+
+    kb = load_kb(Request(rules_dirs=list(rules_dirs), offline=True))
+    results: list[Result] = []
+    for c in cases:
+        try:
+            d = diagnose(Request(run_dirs=[c.path], rules_dirs=list(rules_dirs), offline=True), kb=kb)
+            rep = report.build(d)
+            got = [h["id"] for h in rep.get("hypotheses", [])]
+            verdict, error = rep.get("verdict"), None
+        except UsageError as e:
+            got, verdict, error = [], None, str(e)
+        except Exception as e:  # one broken case must not hide the others' figures
+            got, verdict, error = [], None, f"{type(e).__name__}: {e}"
+        results.append(
+            Result(
+                case=c.name,
+                expected=c.expected,
+                accept=list(c.accept),
+                difficulty=c.difficulty,
+                verdict=verdict,
+                got=got[:3],
+                top1=_hit(got[:1], verdict, c),
+                top3=_hit(got[:3], verdict, c),
+                error=error,
+            )
+        )
+    return results
+
+
+def _ratio(hits: int, total: int) -> dict[str, Any]:
+    return {"hits": hits, "total": total, "accuracy": round(hits / total, 4) if total else 0.0}
+
+
+def summarize(results: Sequence[Result]) -> dict[str, Any]:
+    by: dict[str, list[Result]] = {}
+    for r in results:
+        by.setdefault(r.difficulty, []).append(r)
+    return {
+        "schema": SCHEMA,
+        "cases": len(results),
+        "top1": _ratio(sum(r.top1 for r in results), len(results)),
+        "top3": _ratio(sum(r.top3 for r in results), len(results)),
+        "by_difficulty": {
+            k: {"cases": len(v), "top1": _ratio(sum(r.top1 for r in v), len(v)),
+                "top3": _ratio(sum(r.top3 for r in v), len(v))}
+            for k, v in sorted(by.items())
+        },
+        "misses": [
+            {
+                "case": r.case, "expected": r.expected, "accept": r.accept, "difficulty": r.difficulty,
+                "verdict": r.verdict, "got": r.got, "top3_hit": r.top3,
+                **({"error": r.error} if r.error else {}),
+            }
+            for r in results
+            if not r.top1
+        ],
+        "results": [asdict(r) for r in results],
+    }
+
+
+def _pct(x: dict[str, Any]) -> str:
+    return f"{x['hits']}/{x['total']} ({100 * x['accuracy']:.1f}%)"
+
+
+def to_text(s: dict[str, Any]) -> str:
+    lines = [f"cases: {s['cases']}   top-1: {_pct(s['top1'])}   top-3: {_pct(s['top3'])}", ""]
+    lines.append("by difficulty:")
+    for k, v in s["by_difficulty"].items():
+        t1, t3 = _pct(v["top1"]), _pct(v["top3"])
+        lines.append(f"  {k:12s} {v['cases']:4d} cases   top-1 {t1:>16s}   top-3 {t3:>16s}")
+    lines.append("")
+    if s["misses"]:
+        lines.append(f"misses (top-1): {len(s['misses'])}")
+        for m in s["misses"]:
+            got = ", ".join(m["got"]) or "-"
+            mark = " (in top-3)" if m["top3_hit"] else ""
+            extra = f"  error: {m['error']}" if m.get("error") else ""
+            lines.append(
+                f"  {m['case']}: expected {m['expected']}, got [{got}] verdict {m['verdict']}{mark}{extra}"
+            )
+    else:
+        lines.append("misses (top-1): none")
+    return "\n".join(lines) + "\n"
+
+
+def main(args: argparse.Namespace) -> int:
+    cases = load_cases(Path(args.cases_dir), Path(args.labels_dir) if args.labels_dir else None)
+    rules = [Path(x) for x in getattr(args, "rules", [])]
+    for r in rules:
+        if not r.is_dir():
+            raise UsageError(f"--rules {r}: no such pack directory")
+    s = summarize(evaluate(cases, rules))
+    fmt = getattr(args, "format", "text")
+    sys.stdout.write(json.dumps(s, indent=2, sort_keys=False) + "\n" if fmt == "json" else to_text(s))
+    return 0
