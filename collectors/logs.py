@@ -30,6 +30,12 @@ _KERNEL_PREFILTER = (
 )
 _TRACEBACK = "Traceback (most recent call last)"
 _FIELD_CAST = {"int": int, "float": float, "str": str}
+# Per-iteration wall time as trainers print it (Megatron, HF/Lightning-style loggers, custom loops): the last
+# one per file becomes a ``log.step_time`` fact, compared across ranks to find stragglers.
+_STEP_TIME = (
+    r"(?:elapsed time per iteration \(ms\)|step[_ ]time|iter(?:ation)?[_ ]time|time[/_]step|batch[_ ]time)"
+    r"(?P<unit_pre>_ms|_s)?['\"]?\s*[:=]\s*(?P<value>\d+(?:\.\d+)?)\s*(?P<unit>ms|s)?"
+)
 
 
 @dataclass
@@ -71,6 +77,8 @@ class _Plan:
             for prog in kb.progress:
                 patterns.append(Pattern(prog.id, prog.regex, prog.ignore_case, "last", 1))
                 self.meta.append(("progress", prog))
+            patterns.append(Pattern("__step_time__", _STEP_TIME, True, "last", 1))
+            self.meta.append(("step_time", None))
         self.scanner = Scanner(patterns, tail_lines=TAIL_LINES)
 
 
@@ -78,6 +86,7 @@ def _file_facts(ctx: Context, src: LogSource, res: ScanResult, plan: _Plan) -> l
     reg = ctx.registry
     facts: list[Fact] = []
     file_rank = lineinfo.rank_of_path(src.display)
+    file_host = lineinfo.host_of_path(src.display)
     readable = res.total_lines > 0 or res.bytes_read > 0 or not res.issues
     mtime_age = -1.0
     if not ctx.offline:
@@ -101,6 +110,7 @@ def _file_facts(ctx: Context, src: LogSource, res: ScanResult, plan: _Plan) -> l
             },
             file=src.display,
             rank=file_rank,
+            host=file_host,
             text="; ".join(res.issues),
         )
     )
@@ -111,6 +121,9 @@ def _file_facts(ctx: Context, src: LogSource, res: ScanResult, plan: _Plan) -> l
         what, obj = plan.meta[idx]
         if what == "kernel":
             facts += _kernel_facts(ctx, src, hits)
+            continue
+        if what == "step_time":
+            facts += _step_time_facts(ctx, src, hits[-1], res, file_rank, file_host)
             continue
         kept = hits if len(hits) <= 2 * HITS_KEPT else hits[:HITS_KEPT] + hits[-HITS_KEPT:]
         for h in kept:
@@ -160,7 +173,7 @@ def _file_facts(ctx: Context, src: LogSource, res: ScanResult, plan: _Plan) -> l
                         text=h.text[:2000],
                         ts=ts,
                         rank=rank,
-                        host=lineinfo.host_of_line(h.text),
+                        host=lineinfo.host_of_line(h.text) or file_host,
                     )
                 )
             except FactError:
@@ -175,17 +188,51 @@ def _file_facts(ctx: Context, src: LogSource, res: ScanResult, plan: _Plan) -> l
                 line=res.tail[-1][0],
                 text=res.tail[-1][1][:2000],
                 rank=file_rank,
+                host=file_host,
                 extra={"scrollback": [[n, t[:500]] for n, t in res.tail[-SCROLLBACK_SHOWN:]]},
             )
         )
     return facts
 
 
+def _step_time_facts(
+    ctx: Context, src: LogSource, h: Hit, res: ScanResult, file_rank: int | None, file_host: str
+) -> list[Fact]:
+    try:
+        value = float(h.groups.get("value", ""))
+    except ValueError:
+        return []
+    unit = h.groups.get("unit") or (h.groups.get("unit_pre") or "").lstrip("_")
+    if unit == "ms" or (not unit and "(ms)" in h.text[:200]):
+        value /= 1000.0
+    rank = lineinfo.rank_of_line(h.text)
+    try:
+        return [
+            ctx.registry.make(
+                "log.step_time",
+                {"seconds": round(value, 6), "from_end": max(0, res.total_lines - h.line_no)},
+                file=src.display,
+                line=h.line_no,
+                text=h.text[:2000],
+                ts=lineinfo.time_of_line(h.text),
+                rank=file_rank if rank is None else rank,
+                host=lineinfo.host_of_line(h.text) or file_host,
+            )
+        ]
+    except FactError:
+        return []
+
+
 def _kernel_facts(ctx: Context, src: LogSource, hits: Sequence[Hit]) -> list[Fact]:
     facts: list[Fact] = []
+    host = lineinfo.host_of_path(src.display)
     for no, kind, attrs, ts, text in kernel_log.parse_lines((h.line_no, h.text) for h in hits):
         try:
-            facts.append(ctx.registry.make(kind, attrs, file=src.display, line=no, text=text[:2000], ts=ts))
+            facts.append(
+                ctx.registry.make(
+                    kind, attrs, file=src.display, line=no, text=text[:2000], ts=ts, host=host
+                )
+            )
         except FactError:
             continue
     return facts

@@ -5,6 +5,7 @@ from __future__ import annotations
 from .base import ProbeSpec
 from .bundles import probe_bundles
 from .checkpoints import probe_checkpoints
+from .flightrec import probe_flight_recorder
 from .gpu import probe_gpu_files
 from .logs import probe_logs
 from .metrics import probe_metrics
@@ -19,6 +20,7 @@ def default_probes() -> list[ProbeSpec]:
         ProbeSpec("smoke_state", probe_smoke_state, deadline_s=5.0),
         ProbeSpec("gpu_files", probe_gpu_files, deadline_s=10.0),  # saved nvidia-smi outputs
         ProbeSpec("bundle", probe_bundles, deadline_s=60.0),  # replayed `collect` bundles
+        ProbeSpec("flight_recorder", probe_flight_recorder, deadline_s=60.0),  # NCCL Flight Recorder dumps
     ]
     try:  # live probes arrive as their own modules; the offline pipeline does not depend on them
         from .live import live_probes

@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 from .diagnose import Diagnosis
+from .collectors.ranks import report_section as ranks_section
 from .engine.facts import Fact
 from .engine.rank import Hypothesis
 from .redact import redact_obj
@@ -26,13 +27,17 @@ def _evidence_text(f: Fact) -> str:
     return f"{f.kind}: " + ", ".join(parts)
 
 
-def _evidence(f: Fact) -> dict[str, Any]:
+def _evidence(f: Fact, first_rank: int | None = None) -> dict[str, Any]:
     e: dict[str, Any] = {"fact": f.kind, "source": f.source, "text": _evidence_text(f)}
     if f.rank is not None:
         e["rank"] = f.rank
+    if f.host:
+        e["host"] = f.host
     if f.kind == "log.signature":
         e["signature"] = f.attrs.get("signature")
         e["role"] = f.attrs.get("role")
+        if first_rank is not None and f.attrs.get("role") == "cascade" and f.rank is not None and f.rank != first_rank:
+            e["cascade_of_rank"] = first_rank  # another rank's consequence of the first failure
     return e
 
 
@@ -56,9 +61,14 @@ def smoke_block(d: Diagnosis, smoke_id: str | None) -> dict[str, Any] | None:
     return block
 
 
-def _hypothesis(d: Diagnosis, h: Hypothesis) -> dict[str, Any]:
+def _first_rank(d: Diagnosis) -> int | None:
+    first = next((f for f in d.facts if f.kind == "rank.first_failure"), None)
+    return first.rank if first is not None and first.attrs.get("role") == "root" else None
+
+
+def _hypothesis(d: Diagnosis, h: Hypothesis, first_rank: int | None = None) -> dict[str, Any]:
     info = d.kb.hypothesis_info(h.id)
-    evidence = [_evidence(f) for f in h.evidence[:MAX_EVIDENCE]]
+    evidence = [_evidence(f, first_rank) for f in h.evidence[:MAX_EVIDENCE]]
     evidence += [_evidence(f) for f in h.smoke_results]
     out: dict[str, Any] = {
         "id": h.id,
@@ -131,12 +141,15 @@ def build(d: Diagnosis) -> dict[str, Any]:
         "schema": SCHEMA,
         "verdict": d.gate.verdict,
         "cause": d.gate.cause,
-        "hypotheses": [_hypothesis(d, h) for h in d.gate.hypotheses],
+        "hypotheses": [_hypothesis(d, h, _first_rank(d)) for h in d.gate.hypotheses],
         "probes": probes,
         "next_action": next_action(d),
         "engine": {"rules": d.engine.backend, "scanner": d.scanner, "ruleset": d.compiled.name},
         "scrollback": _scrollback(d),
     }
+    ranks = ranks_section(d.facts)  # many ranks/nodes: the first failing rank, and the cascades it caused
+    if ranks:
+        report["ranks"] = ranks
     if d.kb.warnings:
         report["warnings"] = list(d.kb.warnings)
     from .smoke_controls import report_section  # controls: smoke reruns paired with their baselines
@@ -153,6 +166,35 @@ def _scrollback(d: Diagnosis) -> list[dict[str, Any]]:
         if f.kind == "log.tail":
             out.append({"file": f.file, "lines": f.extra.get("scrollback", [])[-15:]})
     return sorted(out, key=lambda x: x["file"])[:8]
+
+
+def _rank_lines(ranks: dict[str, Any] | None, bullet: str, code: str) -> list[str]:
+    if not ranks:
+        return []
+    out = [f"{bullet}ranks: {ranks['count']} seen" + (f" on {len(ranks['hosts'])} host(s)" if ranks.get("hosts") else "")]
+    first = ranks.get("first_failure")
+    if first:
+        where = f"rank {first['rank']}" if first["rank"] >= 0 else "host"
+        where += f" on {first['host']}" if first.get("host") else ""
+        out.append(f"{bullet}first failure: {where} ({first['role']}): {code}{first['source']}{code}: {first['text'][:160]}")
+    cascades = ranks.get("cascades", [])
+    if cascades:
+        shown = ", ".join(
+            str(c["rank"]) + (f" (+{c['after_first_s']:.0f}s)" if c.get("after_first_s") is not None else "") for c in cascades[:16]
+        )
+        out.append(f"{bullet}cascades (consequences, not causes) on rank(s): {shown}{' ...' if len(cascades) > 16 else ''}")
+    for key, label in (("silent", "ranks that logged no error"),):
+        if ranks.get(key):
+            out.append(f"{bullet}{label}: {', '.join(map(str, ranks[key][:32]))}")
+    for s in ranks.get("stragglers", [])[:8]:
+        out.append(f"{bullet}straggler: rank {s['rank']} at {s['ratio']}x the median step time ({s['source']})")
+    for s in ranks.get("stalled_first", [])[:8]:
+        out.append(f"{bullet}stopped progressing first: rank {s['rank']} at step {s['step']} (others reached {s['max_step']})")
+    for s in ranks.get("never_joined", [])[:8]:
+        out.append(f"{bullet}never joined: rank {s['rank']} in group {s['group']} (#{s['seq']} of #{s['max_seq']}; dump {s['dump']})")
+    for n in ranks.get("notes", []):
+        out.append(f"{bullet}note: {n}")
+    return out + [""]
 
 
 def to_json(report: dict[str, Any]) -> str:
@@ -173,6 +215,7 @@ def to_text(report: dict[str, Any], markdown: bool = False) -> str:
     for p in report["probes"]:
         lines.append(f"{bullet}{p['name']}: {p['status']} ({p['facts']} facts){' - ' + p['detail'] if p['detail'] else ''}")
     lines.append("")
+    lines += _rank_lines(report.get("ranks"), bullet, code)
     lines.append(f"{h1}2. Hypotheses (ranked; a hypothesis is not a cause until a smoke confirms it)")
     if not report["hypotheses"]:
         lines.append(f"{bullet}none: no rule matched the evidence")

@@ -1,0 +1,251 @@
+"""Many ranks and nodes (issue 9): rank/host on facts, the cross-rank timeline, Flight Recorder dumps,
+stragglers and stalls, and the report's ``ranks`` block."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+from pathlib import Path
+
+import pytest
+from mldebug_rules.collectors import flightrec, lineinfo
+
+from mldebug_rules.diagnose import Request, diagnose, load_kb
+from mldebug_rules.report import build, to_text
+
+WATCHDOG = (
+    "[rank{r}]:[E ProcessGroupNCCL.cpp:616] [Rank {r}] Watchdog caught collective operation timeout: "
+    "WorkNCCL(SeqNum=8812, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600049 "
+    "milliseconds before timing out."
+)
+OOM = (
+    "[rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 3 has a total "
+    "capacity of 79.10 GiB of which 1.20 GiB is free."
+)
+
+
+def _report(*run_dirs: Path) -> dict:
+    d = diagnose(Request(run_dirs=list(run_dirs), offline=True))
+    return build(d)
+
+
+def _eight_ranks(tmp_path: Path, oom_ts: bool = True) -> Path:
+    run = tmp_path / "run"
+    run.mkdir()
+    for r in range(8):
+        lines = [f"2024-05-01 11:59:00,000 - INFO - [rank{r}]: step 100 loss=1.0"]
+        if r == 3:
+            lines.append("[rank3]: Traceback (most recent call last):")
+            lines.append(("2024-05-01 12:00:00,000 " if oom_ts else "") + OOM)
+        else:
+            lines.append("2024-05-01 12:10:01,000 " + WATCHDOG.format(r=r))
+        (run / f"rank{r}.log").write_text("\n".join(lines) + "\n")
+    return run
+
+
+@pytest.mark.parametrize("oom_ts", [True, False])
+def test_oom_on_rank3_outranks_seven_watchdog_timeouts(tmp_path: Path, oom_ts: bool) -> None:
+    rep = _report(_eight_ranks(tmp_path, oom_ts))
+    top = rep["hypotheses"][0]
+    assert top["id"] == "gpu_oom"
+    assert any(e["source"].startswith("rank3.log") and e.get("rank") == 3 for e in top["evidence"])
+    ranks = rep["ranks"]
+    assert ranks["count"] == 8
+    assert ranks["first_failure"]["rank"] == 3 and ranks["first_failure"]["signature"] == "cuda_oom"
+    assert sorted(c["rank"] for c in ranks["cascades"]) == [0, 1, 2, 4, 5, 6, 7]
+    assert {c["signature"] for c in ranks["cascades"]} == {"nccl_watchdog_timeout"}
+    if oom_ts:
+        assert all(c["after_first_s"] == 601.0 for c in ranks["cascades"])
+    peer = next(h for h in rep["hypotheses"] if h["id"] == "distributed_peer_failure")
+    assert all(e.get("cascade_of_rank") == 3 for e in peer["evidence"] if e.get("role") == "cascade")
+    text = to_text(rep)
+    assert "first failure: rank 3" in text and "cascades (consequences, not causes)" in text
+
+
+def test_skewed_clock_still_names_the_root(tmp_path: Path) -> None:
+    """Rank 3's clock is 20 s off: its OOM reads later than rank 0's timeout, within the skew window."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "rank0.log").write_text("2024-05-01 12:00:00 " + WATCHDOG.format(r=0) + "\n")
+    (run / "rank3.log").write_text("2024-05-01 12:00:20 " + OOM + "\n")
+    rep = _report(run)
+    assert rep["hypotheses"][0]["id"] == "gpu_oom"
+    assert rep["ranks"]["first_failure"]["rank"] == 3
+    assert [c["rank"] for c in rep["ranks"]["cascades"]] == [0]
+
+
+def test_xid79_with_launch_failure_is_hardware(tmp_path: Path) -> None:
+    run = tmp_path / "node-017"
+    run.mkdir()
+    (run / "dmesg.txt").write_text(
+        "[Thu May  2 10:00:01 2024] NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, "
+        "GPU has fallen off the bus.\n"
+    )
+    (run / "train.log").write_text(
+        "step 100 loss 1.0\nRuntimeError: CUDA error: unspecified launch failure\n"
+        "CUDA kernel errors might be asynchronously reported at some other API call, "
+        "so the stacktrace below might be incorrect.\n"
+    )
+    rep = _report(run)
+    assert rep["hypotheses"][0]["id"] == "gpu_hardware_fault"
+
+
+@pytest.mark.parametrize(
+    ("line", "rank", "host"),
+    [
+        ("[rank3]:[E ProcessGroupNCCL.cpp:616] [Rank 3] Watchdog", 3, ""),
+        ("[Rank 5] Watchdog caught collective operation timeout", 5, ""),
+        ("node-017:51212:51544 [5] NCCL INFO Channel 00/32", 5, "node-017"),
+        (
+            "ERROR:elastic.multiprocessing.api:failed (exitcode: 1) local_rank: 2 (pid: 43)",
+            2,
+            "",
+        ),
+        ("[default6]:[rank14]: RuntimeError: boom", 14, ""),
+        ("12: torch.OutOfMemoryError: CUDA out of memory", 12, ""),
+        ("gpu-a17: [rank9]: RuntimeError", 9, "gpu-a17"),
+        ("[rank: 4] Epoch 1", 4, ""),
+        ("step 10 loss 1.0", None, ""),
+    ],
+)
+def test_rank_and_host_of_line(line: str, rank: int | None, host: str) -> None:
+    assert lineinfo.rank_of_line(line) == rank
+    assert lineinfo.host_of_line(line) == host
+
+
+@pytest.mark.parametrize(
+    ("path", "rank", "host"),
+    [
+        ("rank3.log", 3, ""),
+        ("logs/train_rank_3_of_8.log", 3, ""),
+        ("slurm-123_4.out", 4, ""),
+        ("node-017/worker_5.log", 5, "node-017"),
+        ("slurm-77-gpu-a17.out", None, "gpu-a17"),
+        ("exp2/train.log", None, ""),
+    ],
+)
+def test_rank_and_host_of_path(path: str, rank: int | None, host: str) -> None:
+    assert lineinfo.rank_of_path(path) == rank
+    assert lineinfo.host_of_path(path) == host
+
+
+def test_srun_label_and_host_dirs_reach_facts(tmp_path: Path) -> None:
+    """One merged srun --label log: ranks come from the task prefixes, hosts from directory names."""
+    run = tmp_path / "job"
+    (run / "node-001").mkdir(parents=True)
+    (run / "node-002").mkdir(parents=True)
+    (run / "node-001" / "train.log").write_text(
+        "0: step 5 loss 1\n1: 2024-05-01 12:10:00 " + WATCHDOG.format(r=1) + "\n"
+    )
+    (run / "node-002" / "train.log").write_text(
+        "2: step 5 loss 1\n2: 2024-05-01 12:00:00 " + OOM.replace("[rank3]: ", "") + "\n"
+    )
+    d = diagnose(Request(run_dirs=[run], offline=True))
+    sigs = {(f.rank, f.host, f.attrs["signature"]) for f in d.facts if f.kind == "log.signature"}
+    assert (2, "node-002", "cuda_oom") in sigs and (1, "node-001", "nccl_watchdog_timeout") in sigs
+    rep = build(d)
+    assert rep["ranks"]["first_failure"]["rank"] == 2 and rep["ranks"]["first_failure"]["host"] == "node-002"
+
+
+# --- Flight Recorder -------------------------------------------------------------------------------------
+class _Evil:
+    def __reduce__(self) -> tuple:
+        return (os.system, ("echo pwned > /tmp/mldebug_pwned",))
+
+
+def test_unpickler_refuses_globals() -> None:
+    with pytest.raises(flightrec.RefusedPickle):
+        flightrec.safe_loads(pickle.dumps(_Evil()))
+    with pytest.raises(flightrec.RefusedPickle):
+        flightrec.safe_loads(pickle.dumps({"entries": [Path("/x")]}))
+    assert flightrec.safe_loads(pickle.dumps({"a": [1, 2.0, "s", None, True, (1,), b"x"]})) == {
+        "a": [1, 2.0, "s", None, True, (1,), b"x"]
+    }
+
+
+def _dump(seq: int, ranks: str = "[0, 1, 2, 3]") -> bytes:
+    return pickle.dumps(
+        {
+            "version": "2.4",
+            "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": ranks}},
+            "entries": [
+                {
+                    "record_id": i,
+                    "pg_id": 0,
+                    "process_group": ("0", "default_pg"),
+                    "collective_seq_id": s,
+                    "p2p_seq_id": 0,
+                    "profiling_name": "nccl:all_reduce",
+                    "state": "completed" if s < seq else "started",
+                    "is_p2p": False,
+                }
+                for i, s in enumerate(range(max(1, seq - 3), seq + 1))
+            ],
+        }
+    )
+
+
+def test_flight_recorder_finds_the_rank_that_never_joined(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    for r in (0, 1, 3):
+        (run / f"nccl_trace_rank_{r}").write_bytes(_dump(41 if r != 1 else 40))
+    (run / "nccl_trace_rank_2").write_bytes(pickle.dumps(_Evil()))  # a malicious dump is refused, not run
+    d = diagnose(Request(run_dirs=[run], offline=True))
+    assert not Path("/tmp/mldebug_pwned").exists()
+    dumps = {f.rank: f.attrs["status"] for f in d.facts if f.kind == "flight.dump"}
+    assert dumps == {0: "ok", 1: "ok", 2: "refused", 3: "ok"}
+    lag = {
+        f.rank: (f.attrs["seq"], f.attrs["max_seq"], f.attrs["dump"])
+        for f in d.facts
+        if f.kind == "flight.lagging_rank"
+    }
+    assert lag == {1: (40, 41, "ok"), 2: (-1, 41, "refused")}
+    rep = build(d)
+    ids = [h["id"] for h in rep["hypotheses"]]
+    assert ids[0] == "distributed_peer_failure" and "distributed_desync" in ids
+    assert any(e.get("rank") == 2 for e in rep["hypotheses"][0]["evidence"])
+    assert {n["rank"] for n in rep["ranks"]["never_joined"]} == {1, 2}
+
+
+def test_missing_and_corrupt_dumps_are_evidence(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "nccl_trace_rank_0").write_bytes(_dump(9, "[0, 1, 2]"))
+    (run / "nccl_trace_rank_1").write_bytes(b"\x80\x04\x95garbage")
+    reg = load_kb(Request()).registry
+    dumps = [flightrec.parse_dump(r, p, p.name) for r, p in flightrec.find_dumps([run])]
+    facts = flightrec.analyse(dumps, reg)
+    status = {f.rank: f.attrs["status"] for f in facts if f.kind == "flight.dump"}
+    assert status == {0: "ok", 1: "corrupt", 2: "missing"}
+    lag = {f.rank: f.attrs["dump"] for f in facts if f.kind == "flight.lagging_rank"}
+    assert lag == {1: "corrupt", 2: "missing"}
+
+
+# --- stragglers and stalls -------------------------------------------------------------------------------
+def test_straggler_and_stalled_rank(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    for r in range(8):
+        ms = 2400.0 if r == 5 else 1000.0 + r
+        last = 300 if r == 6 else 400
+        lines = [
+            f" iteration {s}/ 1000 | elapsed time per iteration (ms): {ms} | loss 1.0"
+            for s in range(100, last + 1, 100)
+        ]
+        (run / f"rank{r}.log").write_text("\n".join(lines) + "\n")
+    rep = _report(run)
+    assert [s["rank"] for s in rep["ranks"]["stragglers"]] == [5]
+    assert [s["rank"] for s in rep["ranks"]["stalled_first"]] == [6]
+    ids = [h["id"] for h in rep["hypotheses"]]
+    assert "process_hang" in ids and "gpu_throttling" in ids
+
+
+def test_single_rank_has_no_ranks_block(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "train.log").write_text(OOM + "\n")
+    rep = _report(run)
+    assert "ranks" not in rep
+    assert json.dumps(rep)  # serialisable
