@@ -137,18 +137,12 @@ HEALTHY_CHATTER = [
 ]
 
 # Root-cause fixtures whose evidence is in a training log (the property tests copy and perturb them).
-ROOT_CAUSE = [
-    "nan_lr_too_high",
-    "label_out_of_range",
-    "host_oom_kill",
-    "dist_peer_crash",
-    "curves_megatron_fp16_overflow",
-    "corrupt_checkpoint_resume",
-]
-CRASH_SET = ["nan_lr_too_high", "dist_peer_crash", "curves_hf_logdict_divergence", "healthy/hf_trainer_glue"]
+# Kept short: each example is a full diagnosis (about a second).
+ROOT_CAUSE = ["nan_lr_too_high", "host_oom_kill", "dist_peer_crash", "curves_megatron_fp16_overflow"]
+CRASH_SET = ["dist_peer_crash", "curves_hf_logdict_divergence", "healthy/torchrun_gloo_ddp"]
 
 PROP = settings(
-    max_examples=3,
+    max_examples=2,
     deadline=None,
     derandomize=True,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
@@ -246,12 +240,12 @@ def _strip_timing(x: Any) -> Any:
     return x
 
 
-DETERMINISM = ["dist_peer_crash", "curves_megatron_fp16_overflow", "healthy/torchrun_gloo_ddp"]
+DETERMINISM = ["dist_peer_crash", "healthy/torchrun_gloo_ddp"]
 
 
 @pytest.mark.parametrize("name", DETERMINISM)
 def test_deterministic(name: str, kb: KnowledgeBase) -> None:
-    a = _report(FIXTURES / name, kb)
+    a = _cached(FIXTURES / name, kb)  # the first diagnosis, often already made by test_fixture_top1
     b = _report(FIXTURES / name, kb)
     ja = json.dumps(_strip_timing(a), sort_keys=True)
     jb = json.dumps(_strip_timing(b), sort_keys=True)
