@@ -1,0 +1,52 @@
+"""``mldebug-rules eval``: labels from a LABELS_DIR or from each case's expected.yaml, accept lists,
+difficulty buckets, completed_normally judged by the verdict, text and JSON output."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from mldebug_rules.engine.packs import KnowledgeBase
+
+from mldebug_rules import diagnose as diagnose_mod
+from mldebug_rules.cli import main
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+@pytest.fixture(autouse=True)
+def _shared_kb(monkeypatch: pytest.MonkeyPatch, kb: KnowledgeBase) -> None:
+    monkeypatch.setattr(diagnose_mod, "load_kb", lambda req: kb)
+
+
+@pytest.fixture
+def cases(tmp_path: Path) -> Path:
+    root = tmp_path / "cases"
+    shutil.copytree(FIXTURES / "dist_peer_crash", root / "peer")
+    (root / "empty").mkdir()  # nothing to read: the verdict cannot be no_failure
+    return root
+
+
+def test_labels_dir_json(cases: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    labels = tmp_path / "labels"
+    labels.mkdir()
+    (labels / "peer.yaml").write_text("expected: nccl_network_error\naccept: [distributed_peer_failure]\n"
+                                      "difficulty: hard\n")
+    (labels / "empty.yaml").write_text("expected: completed_normally\ndifficulty: easy\n")
+    assert main(["eval", str(cases), str(labels), "--format", "json"]) == 0
+    s = json.loads(capsys.readouterr().out)
+    assert s["cases"] == 2
+    assert s["top1"] == {"hits": 1, "total": 2, "accuracy": 0.5}
+    assert s["by_difficulty"]["hard"]["top1"]["hits"] == 1
+    assert s["by_difficulty"]["easy"]["top3"]["hits"] == 0
+    assert [m["case"] for m in s["misses"]] == ["empty"]
+
+
+def test_expected_yaml_text(cases: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    shutil.copy(FIXTURES / "dist_peer_crash" / "expected.yaml", cases / "peer" / "expected.yaml")
+    assert main(["eval", str(cases)]) == 0
+    out = capsys.readouterr().out
+    assert "cases: 1" in out and "top-1: 1/1" in out and "fixture" in out
+    assert "misses (top-1): none" in out
