@@ -162,9 +162,49 @@ def parse_dump(rank: int, path: Path, shown: str) -> Dump:
     return d
 
 
-def analyse(dumps: list[Dump], registry: FactRegistry) -> list[Fact]:
-    """``flight.dump`` per file and per missing rank, ``flight.lagging_rank`` per rank behind its group."""
+def dump_facts(dumps: list[Dump], registry: FactRegistry) -> list[Fact]:
+    """One ``flight.dump`` per file; its per-group progress rides in ``extra`` so that the comparison across
+    ranks can run centrally, over the dumps of every node's bundle (see ``cross_rank``)."""
     facts: list[Fact] = []
+    for d in dumps:
+        extra = {"last": {g: list(v) for g, v in sorted(d.last.items())}, "group_ranks": d.group_ranks}
+        attrs = {"status": d.status, "entries": d.entries, "groups": len(d.last), "version": d.version}
+        attrs["detail"] = d.detail
+        text = f"flight recorder dump: {d.status} {d.detail}".strip()
+        rank = d.rank if d.rank >= 0 else None
+        facts += [
+            f
+            for f in [_make(registry, "flight.dump", attrs, file=d.file, rank=rank, text=text, extra=extra)]
+            if f
+        ]
+    return facts
+
+
+def _from_fact(f: Fact) -> Dump:
+    d = Dump(f.rank if f.rank is not None else -1, f.source, str(f.attrs.get("status", "ok")))
+    last = f.extra.get("last") if isinstance(f.extra.get("last"), dict) else {}
+    for g, v in last.items():
+        if isinstance(v, list) and len(v) == 3 and isinstance(v[0], int):
+            d.last[str(g)] = (int(v[0]), str(v[1]), str(v[2]))
+    ranks = f.extra.get("group_ranks") if isinstance(f.extra.get("group_ranks"), dict) else {}
+    d.group_ranks = {
+        str(g): [int(x) for x in r if isinstance(x, int)] for g, r in ranks.items() if isinstance(r, list)
+    }
+    return d
+
+
+def cross_rank(facts: Iterable[Fact], registry: FactRegistry) -> list[Fact]:
+    """Missing dumps and lagging ranks, from every ``flight.dump`` fact (any node, any bundle)."""
+    dumps: dict[int, Dump] = {}
+    for f in facts:
+        if f.kind == "flight.dump" and f.rank is not None and f.attrs.get("status") != "missing":
+            dumps.setdefault(f.rank, _from_fact(f))
+    return analyse(list(dumps.values()), registry, emit_dumps=False)
+
+
+def analyse(dumps: list[Dump], registry: FactRegistry, emit_dumps: bool = True) -> list[Fact]:
+    """``flight.dump`` per file and per missing rank, ``flight.lagging_rank`` per rank behind its group."""
+    facts: list[Fact | None] = []
     by_rank = {d.rank: d for d in dumps if d.rank >= 0}
     expected: set[int] = set(by_rank)
     for d in dumps:
@@ -172,23 +212,8 @@ def analyse(dumps: list[Dump], registry: FactRegistry) -> list[Fact]:
             expected.update(ranks)
     if expected:
         expected.update(range(0, max(expected) + 1))  # dumps are written per rank: a gap is a missing rank
-    for d in dumps:
-        facts.append(
-            _make(
-                registry,
-                "flight.dump",
-                {
-                    "status": d.status,
-                    "entries": d.entries,
-                    "groups": len(d.last),
-                    "version": d.version,
-                    "detail": d.detail,
-                },
-                file=d.file,
-                rank=d.rank if d.rank >= 0 else None,
-                text=f"flight recorder dump: {d.status} {d.detail}".strip(),
-            )
-        )
+    if emit_dumps:
+        facts += dump_facts(dumps, registry)
     for r in sorted(expected - set(by_rank)):
         facts.append(
             _make(
@@ -269,7 +294,7 @@ def probe_flight_recorder(ctx: Context) -> ProbeOutput:
                 continue
         dumps.append(parse_dump(rank, p, shown))
     out = ProbeOutput("flight_recorder")
-    out.facts = analyse(dumps, ctx.registry)  # type: ignore[assignment]
+    out.facts = dump_facts(dumps, ctx.registry)  # compared across ranks after all probes (ranks.rank_facts)
     bad = [d for d in dumps if d.status != "ok"]
     out.detail = f"{len(dumps)} dump(s)" + (f", {len(bad)} unreadable" if bad else "")
     return out

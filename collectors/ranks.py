@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..engine.facts import Fact, FactError, FactRegistry
+from .flightrec import cross_rank
 
 SKEW_S = 30.0  # clocks of different nodes may disagree by this much
 _FAILURE_ROLES = ("root", "cascade")
@@ -296,7 +297,8 @@ def stalled_facts(facts: Sequence[Fact], reg: FactRegistry, skew_s: float = SKEW
 
 def rank_facts(facts: Sequence[Fact], reg: FactRegistry) -> list[Fact]:
     """Every cross-rank fact derived from the probes' facts."""
-    out: list[Fact] = []
+    out: list[Fact] = cross_rank(facts, reg)  # Flight Recorder: missing dumps, ranks that never joined
+    facts = [*facts, *out]
     tl = build_timeline(facts)
     if tl is not None:
         out += first_failure_facts(tl, reg)

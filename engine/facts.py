@@ -85,7 +85,7 @@ class Fact:
         }
         for name in ("text", "file", "line", "ts", "rank", "host"):
             value = getattr(self, name)
-            if value not in ("", 0, None):
+            if value not in ("", 0, None) or (name == "rank" and value == 0 and value is not False):
                 d[name] = value
         if self.extra:
             d["extra"] = dict(self.extra)

@@ -249,3 +249,36 @@ def test_single_rank_has_no_ranks_block(tmp_path: Path) -> None:
     rep = _report(run)
     assert "ranks" not in rep
     assert json.dumps(rep)  # serialisable
+
+
+def test_bundles_from_two_nodes_merge_centrally(tmp_path: Path) -> None:
+    """Per-node `collect` bundles (dumps and logs of 2 ranks each), one central diagnose over both."""
+    from mldebug_rules.bundle import collect
+
+    bundles = []
+    for node, ranks in (("node-000", (0, 1)), ("node-001", (2, 3))):
+        run = tmp_path / node
+        run.mkdir()
+        for r in ranks:
+            (run / f"nccl_trace_rank_{r}").write_bytes(_dump(41 if r != 2 else 40))
+            line = OOM if r == 3 else "2024-05-01 12:10:01 " + WATCHDOG.format(r=r)
+            (run / f"rank{r}.log").write_text(f"[rank{r}]: step 5\n{line}\n")
+        doc = collect(Request(run_dirs=[run], offline=True))
+        doc["host"] = node
+        b = tmp_path / f"{node}.mldebug.json"
+        b.write_text(json.dumps(doc))
+        bundles.append(b)
+    d = diagnose(Request(bundles=bundles, offline=True))
+    status = {f.rank: f.attrs["status"] for f in d.facts if f.kind == "flight.dump"}
+    assert status == {
+        0: "ok",
+        1: "ok",
+        2: "ok",
+        3: "ok",
+    }  # no rank is "missing" because it is on another node
+    lag = {f.rank: f.attrs["seq"] for f in d.facts if f.kind == "flight.lagging_rank"}
+    assert lag == {2: 40}
+    rep = build(d)
+    assert rep["hypotheses"][0]["id"] == "gpu_oom"
+    assert rep["ranks"]["first_failure"]["rank"] == 3 and rep["ranks"]["first_failure"]["host"] == "node-001"
+    assert {c["rank"] for c in rep["ranks"]["cascades"]} == {0, 1, 2}
