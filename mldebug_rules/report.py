@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .diagnose import Diagnosis
 from .collectors.ranks import report_section as ranks_section
+from .diagnose import Diagnosis
 from .engine.facts import Fact
 from .engine.rank import Hypothesis
 from .redact import redact_obj
@@ -36,7 +36,12 @@ def _evidence(f: Fact, first_rank: int | None = None) -> dict[str, Any]:
     if f.kind == "log.signature":
         e["signature"] = f.attrs.get("signature")
         e["role"] = f.attrs.get("role")
-        if first_rank is not None and f.attrs.get("role") == "cascade" and f.rank is not None and f.rank != first_rank:
+        if (
+            first_rank is not None
+            and f.attrs.get("role") == "cascade"
+            and f.rank is not None
+            and f.rank != first_rank
+        ):
             e["cascade_of_rank"] = first_rank  # another rank's consequence of the first failure
     return e
 
@@ -115,6 +120,19 @@ def next_action(d: Diagnosis) -> str:
             f"Do not claim a cause yet. Run the smoke for {top.id}: {what}; then record it with "
             f"`mldebug-rules smoke record RUN_DIR --hypothesis {top.id} --outcome confirmed|refuted`."
         )
+    if d.unexplained:
+        f = d.unexplained[0]
+        where = f"{f.file}:{f.line}" if f.file else (f.probe or f.kind)
+        what = (
+            "a Python traceback ends the log"
+            if f.kind == "log.tail"
+            else f"signature {f.attrs.get('signature')}"
+        )
+        return (
+            f"A failure that no rule explains yet ({what}, {where}): read its last exception in the scrollback "
+            "below; rerun the failing step alone (one process, CUDA_LAUNCH_BLOCKING=1) to localise it, and "
+            "add a rule for it (`mldebug-rules rules new`)."
+        )
     if not d.evidence_seen:
         return "Nothing readable was found: pass the training log with --log and the kernel log with --kernel-log."
     return (
@@ -171,30 +189,44 @@ def _scrollback(d: Diagnosis) -> list[dict[str, Any]]:
 def _rank_lines(ranks: dict[str, Any] | None, bullet: str, code: str) -> list[str]:
     if not ranks:
         return []
-    out = [f"{bullet}ranks: {ranks['count']} seen" + (f" on {len(ranks['hosts'])} host(s)" if ranks.get("hosts") else "")]
+    out = [
+        f"{bullet}ranks: {ranks['count']} seen"
+        + (f" on {len(ranks['hosts'])} host(s)" if ranks.get("hosts") else "")
+    ]
     first = ranks.get("first_failure")
     if first:
         where = f"rank {first['rank']}" if first["rank"] >= 0 else "host"
         where += f" on {first['host']}" if first.get("host") else ""
-        out.append(f"{bullet}first failure: {where} ({first['role']}): {code}{first['source']}{code}: {first['text'][:160]}")
+        out.append(
+            f"{bullet}first failure: {where} ({first['role']}): {code}{first['source']}{code}: {first['text'][:160]}"
+        )
     cascades = ranks.get("cascades", [])
     if cascades:
         shown = ", ".join(
-            str(c["rank"]) + (f" (+{c['after_first_s']:.0f}s)" if c.get("after_first_s") is not None else "") for c in cascades[:16]
+            str(c["rank"]) + (f" (+{c['after_first_s']:.0f}s)" if c.get("after_first_s") is not None else "")
+            for c in cascades[:16]
         )
-        out.append(f"{bullet}cascades (consequences, not causes) on rank(s): {shown}{' ...' if len(cascades) > 16 else ''}")
+        out.append(
+            f"{bullet}cascades (consequences, not causes) on rank(s): {shown}{' ...' if len(cascades) > 16 else ''}"
+        )
     for key, label in (("silent", "ranks that logged no error"),):
         if ranks.get(key):
             out.append(f"{bullet}{label}: {', '.join(map(str, ranks[key][:32]))}")
     for s in ranks.get("stragglers", [])[:8]:
-        out.append(f"{bullet}straggler: rank {s['rank']} at {s['ratio']}x the median step time ({s['source']})")
+        out.append(
+            f"{bullet}straggler: rank {s['rank']} at {s['ratio']}x the median step time ({s['source']})"
+        )
     for s in ranks.get("stalled_first", [])[:8]:
-        out.append(f"{bullet}stopped progressing first: rank {s['rank']} at step {s['step']} (others reached {s['max_step']})")
+        out.append(
+            f"{bullet}stopped progressing first: rank {s['rank']} at step {s['step']} (others reached {s['max_step']})"
+        )
     for s in ranks.get("never_joined", [])[:8]:
-        out.append(f"{bullet}never joined: rank {s['rank']} in group {s['group']} (#{s['seq']} of #{s['max_seq']}; dump {s['dump']})")
+        out.append(
+            f"{bullet}never joined: rank {s['rank']} in group {s['group']} (#{s['seq']} of #{s['max_seq']}; dump {s['dump']})"
+        )
     for n in ranks.get("notes", []):
         out.append(f"{bullet}note: {n}")
-    return out + [""]
+    return [*out, ""]
 
 
 def to_json(report: dict[str, Any]) -> str:
@@ -208,12 +240,18 @@ def to_text(report: dict[str, Any], markdown: bool = False) -> str:
     code = "`" if markdown else ""
     lines: list[str] = []
     verdict = report["verdict"]
-    title = {"cause": f"CAUSE (smoke-confirmed): {report['cause']}", "uncertain": "UNCERTAIN: hypotheses only, no cause proven yet", "no_failure": "NO FAILURE found"}[verdict]
+    title = {
+        "cause": f"CAUSE (smoke-confirmed): {report['cause']}",
+        "uncertain": "UNCERTAIN: hypotheses only, no cause proven yet",
+        "no_failure": "NO FAILURE found",
+    }[verdict]
     lines.append(("# " if markdown else "") + f"mldebug-rules diagnosis: {title}")
     lines.append("")
     lines.append(f"{h1}1. What the probes found")
     for p in report["probes"]:
-        lines.append(f"{bullet}{p['name']}: {p['status']} ({p['facts']} facts){' - ' + p['detail'] if p['detail'] else ''}")
+        lines.append(
+            f"{bullet}{p['name']}: {p['status']} ({p['facts']} facts){' - ' + p['detail'] if p['detail'] else ''}"
+        )
     lines.append("")
     lines += _rank_lines(report.get("ranks"), bullet, code)
     lines.append(f"{h1}2. Hypotheses (ranked; a hypothesis is not a cause until a smoke confirms it)")
@@ -245,12 +283,16 @@ def to_text(report: dict[str, Any], markdown: bool = False) -> str:
                 bits.append("confirms " + ", ".join(o["confirms"]))
             if o.get("refutes"):
                 bits.append("refutes " + ", ".join(o["refutes"]))
-            lines.append(f"{bullet}   if {name}: {'; '.join(bits) or 'inconclusive'}{' - ' + o['meaning'] if o.get('meaning') else ''}")
+            lines.append(
+                f"{bullet}   if {name}: {'; '.join(bits) or 'inconclusive'}{' - ' + o['meaning'] if o.get('meaning') else ''}"
+            )
     else:
         lines.append(f"{bullet}none needed" if verdict != "uncertain" else f"{bullet}no smoke proposed")
     lines.append("")
     if report.get("plot"):  # set by `diagnose --plot`
-        lines.append(f"![training curves]({report['plot']})" if markdown else f"curves plotted: {report['plot']}")
+        lines.append(
+            f"![training curves]({report['plot']})" if markdown else f"curves plotted: {report['plot']}"
+        )
         lines.append("")
     from .smoke_controls import text_lines as _control_lines
 

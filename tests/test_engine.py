@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from mldebug_rules.engine import backend_durable
-from mldebug_rules.engine.backend_python import PythonBackend
 from mldebug_rules.engine.compile import compile_condition, compile_kb
 from mldebug_rules.engine.facts import FactRegistry
 from mldebug_rules.engine.packs import KnowledgeBase, Rule, load_taxonomy
 from mldebug_rules.engine.run import run_rules
+
+sys.path.insert(0, str(Path(__file__).parent))
+import _durable_worker
 
 DURABLE, WHY = backend_durable.available()
 BACKENDS = ["python"] + (["durable"] if DURABLE else [])
@@ -31,7 +36,10 @@ BACKENDS = ["python"] + (["durable"] if DURABLE else [])
         ({"code": {"in": [48, 79]}}, [{"kind": "kernel.xid"}, {"$or": [{"code": 48}, {"code": 79}]}]),
         ({"code": {"in": [48]}}, [{"kind": "kernel.xid"}, {"code": 48}]),
         ({"pid": "$a.pid"}, [{"kind": "kernel.xid"}, {"pid": {"a": "pid"}}]),
-        ({"code": {"gte": 1, "lt": 9}}, [{"kind": "kernel.xid"}, {"$gte": {"code": 1}}, {"$lt": {"code": 9}}]),
+        (
+            {"code": {"gte": 1, "lt": 9}},
+            [{"kind": "kernel.xid"}, {"$gte": {"code": 1}}, {"$lt": {"code": 9}}],
+        ),
     ],
 )
 def test_golden_operator(match: dict, expected: list) -> None:
@@ -68,10 +76,14 @@ def rule_spec(draw: st.DrawFn) -> dict:
                 value = draw(st.integers(0, 4))
             match[attr] = {op: value}
         when[f"p{i}"] = {"kind": "kernel.xid", "match": match}
-    then: dict = {"hypothesis": draw(st.sampled_from(["gpu_hardware_fault", "illegal_memory_access"])),
-                  "weight": draw(st.sampled_from([0.3, 0.6, 0.9])), "alternatives": ["gpu_oom"], "smoke": "s"}
+    then: dict = {
+        "hypothesis": draw(st.sampled_from(["gpu_hardware_fault", "illegal_memory_access"])),
+        "weight": draw(st.sampled_from([0.3, 0.6, 0.9])),
+        "alternatives": ["gpu_oom"],
+        "smoke": "s",
+    }
     if draw(st.booleans()):
-        then["derive"] = [{"kind": "derived", "attrs": {"name": "x", "number": f"$p0.code"}}]
+        then["derive"] = [{"kind": "derived", "attrs": {"name": "x", "number": "$p0.code"}}]
     return {"title": "t", "when": when, "then": then}
 
 
@@ -90,26 +102,36 @@ facts_strategy = st.lists(
 
 
 @pytest.mark.skipif(not DURABLE, reason=f"durable-rules not importable here: {WHY}")
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(rule_spec(), min_size=1, max_size=4), st.lists(chain_rule(), max_size=1), facts_strategy)
 def test_backends_agree(rules: list[dict], chains: list[dict], raw_facts: list[dict]) -> None:
     for r in rules:
         r["then"].setdefault("derive", [])
-    kb = _kb(rules + chains)
-    compiled = compile_kb(kb)
-    facts = [REG.make("kernel.xid", f, file="dmesg.txt", line=i + 1) for i, f in enumerate(raw_facts)]
-    a = run_rules(compiled, REG, facts, "python")
-    b = run_rules(compiled, REG, facts, "durable")
-    assert a.signature() == b.signature()
+    a = _durable_worker.signature(rules + chains, raw_facts, "python")
+    # One generated ruleset per durable process, as in production (see tests/_durable_worker.py).
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as ex:
+        b = ex.submit(_durable_worker.signature, rules + chains, raw_facts, "durable").result()
+    assert a == b
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_forward_chaining_and_isolation(backend: str) -> None:
     rules = [
-        {"title": "derive", "when": {"x": {"kind": "kernel.xid", "match": {"code": 79}}},
-         "then": {"derive": [{"kind": "derived", "attrs": {"name": "gpu_lost", "number": "$x.code"}}]}},
-        {"title": "chain", "when": {"d": {"kind": "derived", "match": {"name": "gpu_lost"}}},
-         "then": {"hypothesis": "gpu_hardware_fault", "weight": 0.9, "alternatives": ["gpu_oom"], "smoke": "s"}},
+        {
+            "title": "derive",
+            "when": {"x": {"kind": "kernel.xid", "match": {"code": 79}}},
+            "then": {"derive": [{"kind": "derived", "attrs": {"name": "gpu_lost", "number": "$x.code"}}]},
+        },
+        {
+            "title": "chain",
+            "when": {"d": {"kind": "derived", "match": {"name": "gpu_lost"}}},
+            "then": {
+                "hypothesis": "gpu_hardware_fault",
+                "weight": 0.9,
+                "alternatives": ["gpu_oom"],
+                "smoke": "s",
+            },
+        },
     ]
     compiled = compile_kb(_kb(rules))
     f = REG.make("kernel.xid", {"code": 79}, file="dmesg.txt", line=1)
@@ -124,9 +146,16 @@ def test_forward_chaining_and_isolation(backend: str) -> None:
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_missing_join_value_never_matches(backend: str) -> None:
-    rules = [{"title": "t", "when": {"a": {"kind": "log.signature", "match": {"signature": "x"}},
-                                      "b": {"kind": "kernel.oom_kill", "after_time": "a"}},
-              "then": {"hypothesis": "host_oom_kill", "weight": 0.9, "alternatives": ["gpu_oom"], "smoke": "s"}}]
+    rules = [
+        {
+            "title": "t",
+            "when": {
+                "a": {"kind": "log.signature", "match": {"signature": "x"}},
+                "b": {"kind": "kernel.oom_kill", "after_time": "a"},
+            },
+            "then": {"hypothesis": "host_oom_kill", "weight": 0.9, "alternatives": ["gpu_oom"], "smoke": "s"},
+        }
+    ]
     compiled = compile_kb(_kb(rules))
     a = REG.make("log.signature", {"signature": "x"}, file="t.log", line=1)  # no timestamp
     b = REG.make("kernel.oom_kill", {"pid": 1}, file="dmesg", line=1, ts=100.0)
