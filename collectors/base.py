@@ -8,6 +8,7 @@ Anything that can block in the kernel should run in a subprocess (see ``run_comm
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -63,7 +64,9 @@ class ProbeSpec:
     live_only: bool = False
 
 
-def run_probes(ctx: Context, probes: Sequence[ProbeSpec], total_deadline_s: float = 25.0) -> list[ProbeOutput]:
+def run_probes(
+    ctx: Context, probes: Sequence[ProbeSpec], total_deadline_s: float = 25.0
+) -> list[ProbeOutput]:
     """Run probes concurrently; each gets its own deadline and the whole set a global one."""
     results: dict[str, ProbeOutput] = {}
     threads: dict[str, threading.Thread] = {}
@@ -88,17 +91,23 @@ def run_probes(ctx: Context, probes: Sequence[ProbeSpec], total_deadline_s: floa
         t.start()
     for spec in active:
         remaining_total = total_deadline_s - (time.monotonic() - started)
-        threads[spec.name].join(max(0.0, min(spec.deadline_s - (time.monotonic() - started), remaining_total)))
+        threads[spec.name].join(
+            max(0.0, min(spec.deadline_s - (time.monotonic() - started), remaining_total))
+        )
     outputs: list[ProbeOutput] = []
     for spec in active:
         out = results.get(spec.name)
         if out is None:
-            out = ProbeOutput(spec.name, "timeout", f"no answer within {spec.deadline_s:g} s", seconds=spec.deadline_s)
+            out = ProbeOutput(
+                spec.name, "timeout", f"no answer within {spec.deadline_s:g} s", seconds=spec.deadline_s
+            )
         outputs.append(out)
     for out in outputs:
         out.facts.append(
             ctx.registry.make(
-                "probe.status", {"probe": out.name, "status": out.status, "detail": out.detail[:300]}, probe=out.name
+                "probe.status",
+                {"probe": out.name, "status": out.status, "detail": out.detail[:300]},
+                probe=out.name,
             )
         )
     return outputs
@@ -134,10 +143,8 @@ def run_command(argv: Sequence[str], timeout_s: float, env: Mapping[str, str] | 
             os.killpg(proc.pid, signal.SIGKILL)  # our own child, never a training process
         except OSError:
             pass
-        try:
+        with contextlib.suppress(Exception):
             proc.communicate(timeout=1.0)
-        except Exception:
-            pass
         return CommandResult("timeout", stderr=f"{argv[0]}: no answer within {timeout_s:g} s")
     text_out = out.decode("utf-8", "replace")
     text_err = err.decode("utf-8", "replace")

@@ -40,7 +40,9 @@ _LAUNCH_PREFIX = re.compile(
 )
 _RANK_TAG = re.compile(r"^\s*\[(?:rank|Rank)\s?\d+\]:\s?")
 _NCCL_PREFIX = re.compile(r"^\s*([A-Za-z0-9_.-]+):(\d+):(\d+) \[(\d+)\] NCCL")
-_RANK_PATH = re.compile(r"(?:^|[^a-z])(?:rank|r|proc|worker|local_rank|node_rank)[_-]?(\d+)(?:[^0-9]|$)", re.I)
+_RANK_PATH = re.compile(
+    r"(?:^|[^a-z])(?:rank|r|proc|worker|local_rank|node_rank)[_-]?(\d+)(?:[^0-9]|$)", re.I
+)
 _SLURM_TASK = re.compile(r"^slurm-\d+[_-](\d+)\.(?:out|err)$")
 _HOST_DIR = re.compile(r"^(?:[a-z0-9]+-)*(?:node|host|gpu|worker|compute|nid|ip)[-_]?[a-z0-9-]*\d$", re.I)
 _SLURM_HOST = re.compile(r"^slurm-\d+-([A-Za-z][A-Za-z0-9.-]*\d)\.(?:out|err)$")

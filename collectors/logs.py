@@ -7,6 +7,7 @@ first and last few hits (and its count), which is all a rule needs.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Sequence
@@ -66,7 +67,9 @@ class _Plan:
         self.meta: list[tuple[str, Any]] = []
         patterns: list[Pattern] = []
         for sig in kb.signatures:
-            applies = stream in sig.streams or (stream != "kernel" and bool({"train", "scheduler"} & set(sig.streams)))
+            applies = stream in sig.streams or (
+                stream != "kernel" and bool({"train", "scheduler"} & set(sig.streams))
+            )
             if applies:
                 patterns.append(Pattern(sig.id, sig.regex, sig.ignore_case, "all", 1000))
                 self.meta.append(("sig", sig))
@@ -90,10 +93,8 @@ def _file_facts(ctx: Context, src: LogSource, res: ScanResult, plan: _Plan) -> l
     readable = res.total_lines > 0 or res.bytes_read > 0 or not res.issues
     mtime_age = -1.0
     if not ctx.offline:
-        try:
+        with contextlib.suppress(OSError):
             mtime_age = max(0.0, ctx.now - os.stat(src.path).st_mtime)
-        except OSError:
-            pass
     last_blank = bool(res.tail) and not res.tail[-1][1].strip()
     facts.append(
         reg.make(
@@ -156,10 +157,8 @@ def _file_facts(ctx: Context, src: LogSource, res: ScanResult, plan: _Plan) -> l
                 if step is not None and step.isdigit():
                     attrs["step"] = int(step)
                 if epoch is not None:
-                    try:
+                    with contextlib.suppress(ValueError):
                         attrs["epoch"] = float(epoch)
-                    except ValueError:
-                        pass
                 if ts is not None and not ctx.offline:
                     attrs["age_s"] = round(max(0.0, ctx.now - ts), 1)
                 kind = "log.progress"
@@ -183,7 +182,11 @@ def _file_facts(ctx: Context, src: LogSource, res: ScanResult, plan: _Plan) -> l
         facts.append(
             reg.make(
                 "log.tail",
-                {"stream": src.stream, "total_lines": res.total_lines, "traceback": any(_TRACEBACK in t for t in tail_text)},
+                {
+                    "stream": src.stream,
+                    "total_lines": res.total_lines,
+                    "traceback": any(_TRACEBACK in t for t in tail_text),
+                },
                 file=src.display,
                 line=res.tail[-1][0],
                 text=res.tail[-1][1][:2000],
@@ -229,9 +232,7 @@ def _kernel_facts(ctx: Context, src: LogSource, hits: Sequence[Hit]) -> list[Fac
     for no, kind, attrs, ts, text in kernel_log.parse_lines((h.line_no, h.text) for h in hits):
         try:
             facts.append(
-                ctx.registry.make(
-                    kind, attrs, file=src.display, line=no, text=text[:2000], ts=ts, host=host
-                )
+                ctx.registry.make(kind, attrs, file=src.display, line=no, text=text[:2000], ts=ts, host=host)
             )
         except FactError:
             continue
@@ -254,7 +255,7 @@ def probe_logs(ctx: Context) -> ProbeOutput:
             continue
         plan = plans.setdefault(stream, _Plan(ctx.kb, stream))
         results = scan_paths(plan.scanner, [str(s.path) for s in group])
-        for src, res in zip(group, results):
+        for src, res in zip(group, results, strict=False):
             engines.add(res.engine)
             issues += [f"{src.display}: {i}" for i in res.issues]
             out.facts += _file_facts(ctx, src, res, plan)
@@ -262,7 +263,8 @@ def probe_logs(ctx: Context) -> ProbeOutput:
     out.payload["files"] = len(sources)
     out.payload["scan_seconds"] = time.monotonic() - t0
     out.detail = f"{len(sources)} file(s)" + (f"; {'; '.join(issues[:5])}" if issues else "")
-    if issues and all(f.kind == "log.file" and not f.attrs["readable"] for f in out.facts if f.kind == "log.file"):
+    if issues and all(
+        f.kind == "log.file" and not f.attrs["readable"] for f in out.facts if f.kind == "log.file"
+    ):
         out.status = "error"
     return out
-

@@ -75,7 +75,7 @@ def compile_condition(
     for attr in match:  # YAML order: authors put the most selective test first
         cond = match[attr]
         atype = kb.registry.attr_type(kind, attr) if kb is not None else None
-        ops = cond if isinstance(cond, dict) and not set(cond) == {"param"} else {"eq": cond}
+        ops = cond if isinstance(cond, dict) and set(cond) != {"param"} else {"eq": cond}
         for op in sorted(ops, key=lambda o: ("eq", "in", "neq", "gt", "gte", "lt", "lte").index(o)):
             raw = ops[op]
             if op == "eq":

@@ -226,7 +226,9 @@ def _default_for(type_name: str) -> Any:
     return {"string": "", "integer": -1, "float": -1.0, "number": -1.0, "boolean": False}[type_name]
 
 
-def _fast_normalise(schema: Mapping[str, Mapping[str, Any]], attrs: Mapping[str, Any]) -> dict[str, Any] | None:
+def _fast_normalise(
+    schema: Mapping[str, Mapping[str, Any]], attrs: Mapping[str, Any]
+) -> dict[str, Any] | None:
     """The subset of cerberus we use (type, allowed, required, default), or None to defer to cerberus."""
     out: dict[str, Any] = {}
     for name, value in attrs.items():

@@ -22,7 +22,12 @@ from .packs import KnowledgeBase
 SLOW_LINE_BYTES = 1 << 20
 SLOW_SECONDS = 0.5
 MAX_CONSTANTS = 400
-_ADVERSARIAL = ("a" * SLOW_LINE_BYTES, " " * SLOW_LINE_BYTES, "x=" * (SLOW_LINE_BYTES // 2), "é" * (SLOW_LINE_BYTES // 2))
+_ADVERSARIAL = (
+    "a" * SLOW_LINE_BYTES,
+    " " * SLOW_LINE_BYTES,
+    "x=" * (SLOW_LINE_BYTES // 2),
+    "é" * (SLOW_LINE_BYTES // 2),
+)
 # Facts that only probes emit from live machines, or collectors not tied to signatures.
 _EMITTED_BY_COLLECTORS = True
 
@@ -63,23 +68,45 @@ def _signature_problems(kb: KnowledgeBase, only: set[str] | None) -> list[Proble
             n = len(sig.examples_match)
             for i, ex in enumerate(sig.examples_match, 1):
                 if i not in hit_lines:
-                    out.append(Problem(sig.where, "error", f"signature {sig.id}: does not match its example {ex!r} ({scanner.engine})"))
+                    out.append(
+                        Problem(
+                            sig.where,
+                            "error",
+                            f"signature {sig.id}: does not match its example {ex!r} ({scanner.engine})",
+                        )
+                    )
             for i, ex in enumerate(sig.examples_no_match, n + 1):
                 if i in hit_lines:
-                    out.append(Problem(sig.where, "error", f"signature {sig.id}: matches its no_match example {ex!r} ({scanner.engine})"))
+                    out.append(
+                        Problem(
+                            sig.where,
+                            "error",
+                            f"signature {sig.id}: matches its no_match example {ex!r} ({scanner.engine})",
+                        )
+                    )
         for adv in _ADVERSARIAL:
             t0 = time.perf_counter()
             try:
                 compiled[sig.id].search(adv, timeout=SLOW_SECONDS * 4)
             except TimeoutError:
-                out.append(Problem(sig.where, "error", f"signature {sig.id}: catastrophic backtracking on a 1 MB line"))
+                out.append(
+                    Problem(
+                        sig.where, "error", f"signature {sig.id}: catastrophic backtracking on a 1 MB line"
+                    )
+                )
                 break
             if time.perf_counter() - t0 > SLOW_SECONDS:
-                out.append(Problem(sig.where, "warning", f"signature {sig.id}: slow on a 1 MB line ({time.perf_counter() - t0:.2f} s)"))
+                out.append(
+                    Problem(
+                        sig.where,
+                        "warning",
+                        f"signature {sig.id}: slow on a 1 MB line ({time.perf_counter() - t0:.2f} s)",
+                    )
+                )
                 break
     sigs = {s.id: s for s in kb.signatures}
     for sig in kb.signatures:
-        if only and sig.pack not in only or sig.id not in compiled:
+        if (only and sig.pack not in only) or sig.id not in compiled:
             continue
         for other in kb.signatures:
             if other.id == sig.id or set(sig.streams).isdisjoint(other.streams):
@@ -87,7 +114,11 @@ def _signature_problems(kb: KnowledgeBase, only: set[str] | None) -> list[Proble
             for ex in other.examples_match:
                 if compiled[sig.id].search(ex):
                     out.append(
-                        Problem(sig.where, "warning", f"signature {sig.id}: also matches an example of {other.id} ({sigs[other.id].where})")
+                        Problem(
+                            sig.where,
+                            "warning",
+                            f"signature {sig.id}: also matches an example of {other.id} ({sigs[other.id].where})",
+                        )
                     )
                     break
     return out
@@ -112,15 +143,39 @@ def _rule_problems(kb: KnowledgeBase, only: set[str] | None) -> list[Problem]:
                 continue
             missing = [n for n in names if n not in sig_ids]
             if missing:
-                out.append(Problem(rule.where, "error", f"rule {rule.id}: when.{pname} names signatures no pack defines: {missing} (the rule can never fire)"))
+                out.append(
+                    Problem(
+                        rule.where,
+                        "error",
+                        f"rule {rule.id}: when.{pname} names signatures no pack defines: {missing} (the rule can never fire)",
+                    )
+                )
             if not names:
-                out.append(Problem(rule.where, "warning", f"rule {rule.id}: when.{pname} matches every signature; name the signatures"))
+                out.append(
+                    Problem(
+                        rule.where,
+                        "warning",
+                        f"rule {rule.id}: when.{pname} matches every signature; name the signatures",
+                    )
+                )
             roles = {s.role for s in kb.signatures if s.id in names}
             if names and roles == {"context"}:
-                out.append(Problem(rule.where, "error", f"rule {rule.id}: when.{pname} rests only on context signatures, which never anchor a failure"))
+                out.append(
+                    Problem(
+                        rule.where,
+                        "error",
+                        f"rule {rule.id}: when.{pname} rests only on context signatures, which never anchor a failure",
+                    )
+                )
         hyp = rule.spec["then"].get("hypothesis")
         if hyp and hyp not in kb.hypotheses and not (only and rule.pack not in only):
-            out.append(Problem(rule.where, "error", f"rule {rule.id}: hypothesis {hyp} has no catalogue entry (title, alternatives, smoke, remediation)"))
+            out.append(
+                Problem(
+                    rule.where,
+                    "error",
+                    f"rule {rule.id}: hypothesis {hyp} has no catalogue entry (title, alternatives, smoke, remediation)",
+                )
+            )
     for sig in kb.signatures:
         if only and sig.pack not in only:
             continue
@@ -133,5 +188,11 @@ def lint(kb: KnowledgeBase, only_packs: set[str] | None = None) -> list[Problem]
     problems = _signature_problems(kb, only_packs) + _rule_problems(kb, only_packs)
     for field, n in distinct_constants(compile_kb(kb)).items():
         if n > MAX_CONSTANTS:
-            problems.append(Problem("ruleset", "error", f"field {field!r} has {n} distinct constants (limit {MAX_CONSTANTS}); move the lookup into a collector"))
+            problems.append(
+                Problem(
+                    "ruleset",
+                    "error",
+                    f"field {field!r} has {n} distinct constants (limit {MAX_CONSTANTS}); move the lookup into a collector",
+                )
+            )
     return sorted(problems, key=lambda p: (p.severity != "error", p.where, p.message))

@@ -156,10 +156,7 @@ def entry_point_pack_dirs() -> list[tuple[Path, str]]:
             continue
         if callable(obj):
             obj = obj()
-        if hasattr(obj, "__file__") and obj.__file__:
-            path = Path(obj.__file__).parent
-        else:
-            path = Path(str(obj))
+        path = Path(obj.__file__).parent if hasattr(obj, "__file__") and obj.__file__ else Path(str(obj))
         found.append((path, origin))
     return found
 
@@ -229,7 +226,9 @@ def read_pack(path: Path, origin: str) -> _RawPack:
         raise PackError(_display(path), 0, "not a pack directory (expected a folder with pack.yaml)")
     manifest_path = path / "pack.yaml"
     if not manifest_path.is_file():
-        raise PackError(_display(path), 0, "no pack.yaml manifest (run `mldebug-rules rules new NAME` for a scaffold)")
+        raise PackError(
+            _display(path), 0, "no pack.yaml manifest (run `mldebug-rules rules new NAME` for a scaffold)"
+        )
     disp = _display(manifest_path)
     raw_manifest = load_file(manifest_path, disp)
     manifest = _validate(raw_manifest, schemas["manifest"], disp)
@@ -300,7 +299,9 @@ def load_packs(
     if params:
         for name, value in params.items():
             if name not in kb.params:
-                raise PackError("--param", 0, f"unknown parameter {name!r} (see `mldebug-rules rules list --params`)")
+                raise PackError(
+                    "--param", 0, f"unknown parameter {name!r} (see `mldebug-rules rules list --params`)"
+                )
             kb.params[name] = _coerce_param(kb.params[name], value, name)
     check_references(kb)
     return kb
@@ -337,7 +338,9 @@ def _merge(kb: KnowledgeBase, raw: _RawPack) -> None:
                 try:
                     kb.registry.extend("log.signature", fname, _FIELD_TYPES[ftype], where)
                 except FactError as e:
-                    raise PackError(display, line_of(doc, ("signatures", i, "fields", fname)), str(e)) from None
+                    raise PackError(
+                        display, line_of(doc, ("signatures", i, "fields", fname)), str(e)
+                    ) from None
             kb.signatures.append(
                 Signature(
                     id=sig["id"],
@@ -421,7 +424,9 @@ def _apply_overrides(kb: KnowledgeBase) -> None:
         display, line = ov["_where"]
         rule = by_id.get(ov["rule"])
         if rule is None:
-            raise PackError(display, line, f"overrides: rule {ov['rule']!r} does not exist in any loaded pack")
+            raise PackError(
+                display, line, f"overrides: rule {ov['rule']!r} does not exist in any loaded pack"
+            )
         if ov["disable"]:
             rule.disabled = True
         if ov.get("weight") is not None:
@@ -440,7 +445,9 @@ def check_references(kb: KnowledgeBase) -> None:
         path, _, line = spec["where"].rpartition(":")
         for alt in spec["alternatives"]:
             if alt not in hyps:
-                raise PackError(path, int(line), f"hypotheses.{hyp}.alternatives: unknown diagnosis id {alt!r}")
+                raise PackError(
+                    path, int(line), f"hypotheses.{hyp}.alternatives: unknown diagnosis id {alt!r}"
+                )
         if spec["smoke"] not in kb.smokes:
             raise PackError(path, int(line), f"hypotheses.{hyp}.smoke: unknown smoke {spec['smoke']!r}")
     for smoke, spec in kb.smokes.items():
@@ -479,16 +486,22 @@ def check_rule(kb: KnowledgeBase, rule: Rule, hyps: set[str]) -> None:
             where = _doc_line(rule, "when", pname, "match", attr)
             atype = kb.registry.attr_type(kind, attr)
             if atype is None:
-                raise PackError(rule.path, where, f"when.{pname}.match.{attr}: {kind} has no attribute {attr!r}")
+                raise PackError(
+                    rule.path, where, f"when.{pname}.match.{attr}: {kind} has no attribute {attr!r}"
+                )
             ops = cond if isinstance(cond, dict) else {"eq": cond}
             for op, value in ops.items():
                 if op not in OPERATORS:
                     raise PackError(
-                        rule.path, where, f"when.{pname}.match.{attr}: unknown operator {op!r} (use {', '.join(OPERATORS)})"
+                        rule.path,
+                        where,
+                        f"when.{pname}.match.{attr}: unknown operator {op!r} (use {', '.join(OPERATORS)})",
                     )
                 values = value if op == "in" else [value]
                 if op == "in" and (not isinstance(value, list) or not value):
-                    raise PackError(rule.path, where, f"when.{pname}.match.{attr}: 'in' needs a non-empty list")
+                    raise PackError(
+                        rule.path, where, f"when.{pname}.match.{attr}: 'in' needs a non-empty list"
+                    )
                 for v in values:
                     _check_value(kb, rule, where, pname, attr, atype, kind, v, names, op)
         for key in ("after", "after_time"):
@@ -502,11 +515,17 @@ def check_rule(kb: KnowledgeBase, rule: Rule, hyps: set[str]) -> None:
         names.append(pname)
     then = spec["then"]
     if not then.get("hypothesis") and not then.get("derive"):
-        raise PackError(rule.path, _doc_line(rule, "then"), "then: a rule must raise a hypothesis or derive facts")
+        raise PackError(
+            rule.path, _doc_line(rule, "then"), "then: a rule must raise a hypothesis or derive facts"
+        )
     hyp = then.get("hypothesis")
     if hyp is not None:
         if hyp not in hyps:
-            raise PackError(rule.path, _doc_line(rule, "then", "hypothesis"), f"then.hypothesis: unknown diagnosis id {hyp!r}")
+            raise PackError(
+                rule.path,
+                _doc_line(rule, "then", "hypothesis"),
+                f"then.hypothesis: unknown diagnosis id {hyp!r}",
+            )
         if then.get("weight") is None:
             raise PackError(rule.path, _doc_line(rule, "then"), "then.weight: required with a hypothesis")
         if hyp not in kb.hypotheses:
@@ -521,10 +540,14 @@ def check_rule(kb: KnowledgeBase, rule: Rule, hyps: set[str]) -> None:
             if alt not in hyps:
                 raise PackError(rule.path, _doc_line(rule, "then"), f"then: unknown diagnosis id {alt!r}")
         if then.get("smoke") and then["smoke"] not in kb.smokes:
-            raise PackError(rule.path, _doc_line(rule, "then", "smoke"), f"then.smoke: unknown smoke {then['smoke']!r}")
+            raise PackError(
+                rule.path, _doc_line(rule, "then", "smoke"), f"then.smoke: unknown smoke {then['smoke']!r}"
+            )
     for c in then.get("cite", []):
         if c not in names:
-            raise PackError(rule.path, _doc_line(rule, "then", "cite"), f"then.cite: {c!r} is not a pattern of this rule")
+            raise PackError(
+                rule.path, _doc_line(rule, "then", "cite"), f"then.cite: {c!r} is not a pattern of this rule"
+            )
     for i, d in enumerate(then.get("derive", [])):
         kind = d["kind"]
         line = _doc_line(rule, "then", "derive", i)
@@ -532,7 +555,9 @@ def check_rule(kb: KnowledgeBase, rule: Rule, hyps: set[str]) -> None:
             raise PackError(rule.path, line, f"then.derive: unknown fact kind {kind!r}")
         if "derived" not in kb.registry.origins(kind):
             raise PackError(
-                rule.path, line, f"then.derive: rules may not derive {kind!r} (only {kb.registry.origins(kind)} may)"
+                rule.path,
+                line,
+                f"then.derive: rules may not derive {kind!r} (only {kb.registry.origins(kind)} may)",
             )
         for attr, value in d["attrs"].items():
             atype = kb.registry.attr_type(kind, attr)
@@ -555,15 +580,21 @@ def _check_value(
 ) -> None:
     if isinstance(value, dict) and set(value) == {"param"}:
         if value["param"] not in kb.params:
-            raise PackError(rule.path, line, f"when.{pname}.match.{attr}: unknown parameter {value['param']!r}")
+            raise PackError(
+                rule.path, line, f"when.{pname}.match.{attr}: unknown parameter {value['param']!r}"
+            )
         value = kb.params[value["param"]]
     if isinstance(value, str) and value.startswith("$") and not value.startswith("$$"):
         m = _REF.match(value)
         if not m:
-            raise PackError(rule.path, line, f"{pname}.{attr}: {value!r} is not a reference like '$pattern.attribute'")
+            raise PackError(
+                rule.path, line, f"{pname}.{attr}: {value!r} is not a reference like '$pattern.attribute'"
+            )
         ref, rattr = m.groups()
         if ref not in names:
-            raise PackError(rule.path, line, f"{pname}.{attr}: {value!r} refers to {ref!r}, not an earlier pattern")
+            raise PackError(
+                rule.path, line, f"{pname}.{attr}: {value!r} refers to {ref!r}, not an earlier pattern"
+            )
         rkind = rule.spec["when"][ref]["kind"]
         rtype = kb.registry.attr_type(rkind, rattr)
         if rtype is None:

@@ -60,7 +60,9 @@ def rank(kb: KnowledgeBase, firings: Sequence[Firing], facts: Mapping[str, Fact]
             per_rule[f.rule] = max(per_rule.get(f.rule, 0.0), f.weight)
         info = kb.hypothesis_info(hid)
         best = max(fs, key=lambda f: (f.weight, f.role == "root", f.rule))
-        evidence = sorted({k: facts[k] for f in fs for k in f.cites if k in facts}.values(), key=_evidence_order)
+        evidence = sorted(
+            {k: facts[k] for f in fs for k in f.cites if k in facts}.values(), key=_evidence_order
+        )
         hyps[hid] = Hypothesis(
             id=hid,
             score=_noisy_or(list(per_rule.values())),

@@ -98,7 +98,12 @@ def run_case(kb: KnowledgeBase, path: Path, case: dict[str, Any], engine: str | 
         extra.append(
             kb.registry.make(
                 "smoke.result",
-                {"hypothesis": s["hypothesis"], "outcome": s["outcome"], "smoke": s.get("smoke", ""), "seq": i},
+                {
+                    "hypothesis": s["hypothesis"],
+                    "outcome": s["outcome"],
+                    "smoke": s.get("smoke", ""),
+                    "seq": i,
+                },
                 origin="smoke",
                 file=".mldebug/smokes.jsonl",
                 line=i,
@@ -123,7 +128,12 @@ def run_case(kb: KnowledgeBase, path: Path, case: dict[str, Any], engine: str | 
         from ..collectors.registry import default_probes
 
         probes = [p for p in default_probes() if not p.live_only]
-        d = diagnose(Request(run_dirs=run_dirs, offline=True, engine=engine), kb=case_kb, probes=probes, extra_facts=extra)
+        d = diagnose(
+            Request(run_dirs=run_dirs, offline=True, engine=engine),
+            kb=case_kb,
+            probes=probes,
+            extra_facts=extra,
+        )
     return compare(case["expect"], d)
 
 

@@ -41,7 +41,8 @@ class EngineResult:
     def signature(self) -> str:
         """Order-independent digest of the outcome, for comparing backends."""
         fir = sorted(
-            json.dumps([f.rule, f.hypothesis, f.weight, f.role, f.cites], sort_keys=True) for f in self.firings
+            json.dumps([f.rule, f.hypothesis, f.weight, f.role, f.cites], sort_keys=True)
+            for f in self.firings
         )
         der = sorted(f.key for f in self.derived)
         return json.dumps({"firings": fir, "derived": der}, sort_keys=True)
@@ -132,7 +133,7 @@ def _role_of(cited: Sequence[dict[str, Any]]) -> str:
 
 def _resolve(value: Any, bindings: dict[str, dict[str, Any]]) -> Any:
     if isinstance(value, dict) and len(value) == 1:
-        (ref, attr), = value.items()
+        ((ref, attr),) = value.items()
         if ref in bindings:
             return bindings[ref].get(attr)
     return value

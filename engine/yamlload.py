@@ -57,7 +57,9 @@ def _construct_mapping(loader: _Loader, node: yaml.MappingNode) -> LineDict:
         try:
             out[key] = loader.construct_object(value_node, deep=True)
         except TypeError as e:  # unhashable key, etc.
-            raise YamlError(getattr(loader, "_mldebug_path", "<yaml>"), key_node.start_mark.line + 1, str(e))
+            raise YamlError(
+                getattr(loader, "_mldebug_path", "<yaml>"), key_node.start_mark.line + 1, str(e)
+            ) from e
         out.lines[key] = key_node.start_mark.line + 1
     return out
 

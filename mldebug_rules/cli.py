@@ -45,10 +45,16 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--offline", action="store_true", help="read only what was named; never probe the machine")
     d.add_argument("--format", choices=["text", "markdown", "json"], default="text")
     d.add_argument("--out", metavar="FILE")
-    d.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="override a pack parameter")
+    d.add_argument(
+        "--param", action="append", default=[], metavar="NAME=VALUE", help="override a pack parameter"
+    )
     d.add_argument("--engine", choices=["auto", "durable", "python"], default=None)
-    d.add_argument("--strict", action="store_true", help="a broken third-party pack is an error, not a warning")
-    d.add_argument("--plot", metavar="FILE.png", help="draw the curves behind the hypotheses (needs matplotlib)")
+    d.add_argument(
+        "--strict", action="store_true", help="a broken third-party pack is an error, not a warning"
+    )
+    d.add_argument(
+        "--plot", metavar="FILE.png", help="draw the curves behind the hypotheses (needs matplotlib)"
+    )
 
     r = sub.add_parser("rules", help="list, lint and test rule packs")
     r.add_argument("action", choices=["list", "lint", "test", "new"])

@@ -20,7 +20,15 @@ from .engine.run import EngineResult, run_rules
 from .errors import UsageError
 
 # Fact kinds that count as "something was actually read" for the verdict.
-_EVIDENCE_KINDS = ("log.file", "kernel.", "gpu.state", "process", "checkpoint.file", "metric.trend", "disk.usage")
+_EVIDENCE_KINDS = (
+    "log.file",
+    "kernel.",
+    "gpu.state",
+    "process",
+    "checkpoint.file",
+    "metric.trend",
+    "disk.usage",
+)
 
 
 @dataclass
@@ -66,9 +74,8 @@ def check_inputs(req: Request) -> None:
                 raise UsageError(f"{flag} {p}: no such file")
             if p.is_dir():
                 raise UsageError(f"{flag} {p}: is a directory")
-    if not (req.run_dirs or req.logs or req.kernel_logs or req.bundles):
-        if req.offline:
-            raise UsageError("nothing to diagnose: give a RUN_DIR, --log, --kernel-log or --bundle")
+    if not (req.run_dirs or req.logs or req.kernel_logs or req.bundles) and req.offline:
+        raise UsageError("nothing to diagnose: give a RUN_DIR, --log, --kernel-log or --bundle")
 
 
 def load_kb(req: Request) -> KnowledgeBase:

@@ -189,14 +189,22 @@ def summarize(results: Sequence[Result]) -> dict[str, Any]:
         "top1": _ratio(sum(r.top1 for r in results), len(results)),
         "top3": _ratio(sum(r.top3 for r in results), len(results)),
         "by_difficulty": {
-            k: {"cases": len(v), "top1": _ratio(sum(r.top1 for r in v), len(v)),
-                "top3": _ratio(sum(r.top3 for r in v), len(v))}
+            k: {
+                "cases": len(v),
+                "top1": _ratio(sum(r.top1 for r in v), len(v)),
+                "top3": _ratio(sum(r.top3 for r in v), len(v)),
+            }
             for k, v in sorted(by.items())
         },
         "misses": [
             {
-                "case": r.case, "expected": r.expected, "accept": r.accept, "difficulty": r.difficulty,
-                "verdict": r.verdict, "got": r.got, "top3_hit": r.top3,
+                "case": r.case,
+                "expected": r.expected,
+                "accept": r.accept,
+                "difficulty": r.difficulty,
+                "verdict": r.verdict,
+                "got": r.got,
+                "top3_hit": r.top3,
                 **({"error": r.error} if r.error else {}),
             }
             for r in results

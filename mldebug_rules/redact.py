@@ -15,7 +15,9 @@ from collections.abc import Mapping
 from typing import Any
 
 MASK = "[REDACTED]"
-_SECRET_NAME = re.compile(r"(?i)(TOKEN|SECRET|PASSW(?:OR)?D|CREDENTIAL|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|[A-Z0-9]_KEY$)")
+_SECRET_NAME = re.compile(
+    r"(?i)(TOKEN|SECRET|PASSW(?:OR)?D|CREDENTIAL|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|[A-Z0-9]_KEY$)"
+)
 _ENV_ASSIGN = re.compile(
     r"(?i)\b([A-Z0-9_]*(?:TOKEN|SECRET|PASSW(?:OR)?D|CREDENTIAL|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|[A-Z0-9]_KEY\b)[A-Z0-9_]*)=(\"[^\"]*\"|'[^']*'|\S+)"
 )
@@ -54,7 +56,10 @@ def redact_obj(obj: Any) -> Any:
     if isinstance(obj, str):
         return redact(obj)
     if isinstance(obj, dict):
-        return {k: (MASK if isinstance(v, str) and isinstance(k, str) and is_secret_name(k) else redact_obj(v)) for k, v in obj.items()}
+        return {
+            k: (MASK if isinstance(v, str) and isinstance(k, str) and is_secret_name(k) else redact_obj(v))
+            for k, v in obj.items()
+        }
     if isinstance(obj, list):
         return [redact_obj(x) for x in obj]
     if isinstance(obj, tuple):

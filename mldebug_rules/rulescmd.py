@@ -9,7 +9,7 @@ from pathlib import Path
 from .errors import UsageError
 
 
-def _load(args: argparse.Namespace):  # noqa: ANN202 - KnowledgeBase, imported lazily
+def _load(args: argparse.Namespace):
     from .engine.packs import load_packs
 
     return load_packs([Path(p) for p in args.packs], strict=bool(args.strict) or args.action != "list")
@@ -42,7 +42,9 @@ def cmd_lint(args: argparse.Namespace) -> int:
     for p in problems:
         print(p.format())
     n = len(kb.rules), len(kb.signatures)
-    print(f"{len(errors)} error(s), {len(problems) - len(errors)} warning(s) in {n[0]} rules and {n[1]} signatures")
+    print(
+        f"{len(errors)} error(s), {len(problems) - len(errors)} warning(s) in {n[0]} rules and {n[1]} signatures"
+    )
     return 1 if errors else 0
 
 

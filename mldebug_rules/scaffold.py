@@ -77,7 +77,9 @@ _TESTS = """cases:
 def new_pack(target: Path) -> Path:
     name = target.name.replace("-", "_")
     if not re.fullmatch(r"[a-z][a-z0-9_]*", name):
-        raise UsageError(f"pack name {name!r}: use lowercase letters, digits and underscores, starting with a letter")
+        raise UsageError(
+            f"pack name {name!r}: use lowercase letters, digits and underscores, starting with a letter"
+        )
     if target.exists() and any(target.iterdir()):
         raise UsageError(f"{target}: already exists and is not empty")
     target.mkdir(parents=True, exist_ok=True)

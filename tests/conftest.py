@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mldebug_rules.engine.packs import KnowledgeBase, load_packs
 
 from mldebug_rules import report
 from mldebug_rules.diagnose import Request, diagnose
-from mldebug_rules.engine.packs import KnowledgeBase, load_packs
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "fixtures"
@@ -40,7 +40,9 @@ def diagnose_files(tmp_path: Path, kb: KnowledgeBase) -> Callable[..., dict[str,
 
     def run(files: Mapping[str, str | bytes], **kw: Any) -> dict[str, Any]:
         run_dir = make_run_dir(tmp_path / "run", files)
-        d = diagnose(Request(run_dirs=[run_dir], offline=True, **kw), kb=kb if not kw.get("rules_dirs") else None)
+        d = diagnose(
+            Request(run_dirs=[run_dir], offline=True, **kw), kb=kb if not kw.get("rules_dirs") else None
+        )
         return json.loads(report.to_json(report.build(d)))
 
     return run

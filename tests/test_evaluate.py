@@ -32,8 +32,9 @@ def cases(tmp_path: Path) -> Path:
 def test_labels_dir_json(cases: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     labels = tmp_path / "labels"
     labels.mkdir()
-    (labels / "peer.yaml").write_text("expected: nccl_network_error\naccept: [distributed_peer_failure]\n"
-                                      "difficulty: hard\n")
+    (labels / "peer.yaml").write_text(
+        "expected: nccl_network_error\naccept: [distributed_peer_failure]\ndifficulty: hard\n"
+    )
     (labels / "empty.yaml").write_text("expected: completed_normally\ndifficulty: easy\n")
     assert main(["eval", str(cases), str(labels), "--format", "json"]) == 0
     s = json.loads(capsys.readouterr().out)

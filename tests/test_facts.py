@@ -7,7 +7,6 @@ import math
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from mldebug_rules.engine.facts import FactError, FactRegistry
 
 
@@ -17,7 +16,9 @@ def reg() -> FactRegistry:
 
 
 def test_defaults_and_provenance(reg: FactRegistry) -> None:
-    f = reg.make("kernel.xid", {"code": 79, "pci": "0000:3b:00"}, file="dmesg.txt", line=12, ts=1.0, rank=2, host="n1")
+    f = reg.make(
+        "kernel.xid", {"code": 79, "pci": "0000:3b:00"}, file="dmesg.txt", line=12, ts=1.0, rank=2, host="n1"
+    )
     assert f.source == "dmesg.txt:12"
     assert f.origin == "probe"
     assert f.attrs["hardware"] is False and f.attrs["pid"] == -1
@@ -43,7 +44,9 @@ def test_probe_source_and_unknown_ts(reg: FactRegistry) -> None:
         ("gpu.state", {"util_pct": float("nan")}, "finite"),
     ],
 )
-def test_bad_facts_are_refused_with_the_reason(reg: FactRegistry, kind: str, attrs: dict, message: str) -> None:
+def test_bad_facts_are_refused_with_the_reason(
+    reg: FactRegistry, kind: str, attrs: dict, message: str
+) -> None:
     with pytest.raises(FactError, match=message):
         reg.make(kind, attrs)
 
@@ -75,11 +78,15 @@ def test_extend_open_kind(reg: FactRegistry) -> None:
         r.extend("log.signature", "sid", "string", "test")
 
 
-_values = st.one_of(st.integers(-5, 5), st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=3), st.booleans())
+_values = st.one_of(
+    st.integers(-5, 5), st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=3), st.booleans()
+)
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.sampled_from(["process", "gpu.state", "disk.usage", "kernel.oom_kill", "checkpoint.file"]), st.data())
+@given(
+    st.sampled_from(["process", "gpu.state", "disk.usage", "kernel.oom_kill", "checkpoint.file"]), st.data()
+)
 def test_fast_path_agrees_with_cerberus(kind: str, data: st.DataObject) -> None:
     reg = FactRegistry.load()
     names = sorted(reg.kinds[kind]["attrs"])
@@ -95,5 +102,8 @@ def test_fast_path_agrees_with_cerberus(kind: str, data: st.DataObject) -> None:
     )
     if fast is not None:
         assert ok, (attrs, v.errors)
-        doc = {k: (float(x) if reg.kinds[kind]["attrs"][k].get("type") == "float" else x) for k, x in v.document.items()}
+        doc = {
+            k: (float(x) if reg.kinds[kind]["attrs"][k].get("type") == "float" else x)
+            for k, x in v.document.items()
+        }
         assert fast == doc

@@ -165,8 +165,10 @@ def _copy(name: str, tmp: Path) -> Path:
 
 def _insert_before_failure(lines: list[str], rng: random.Random, extra: list[str]) -> list[str]:
     """Insert lines at random line boundaries before the first traceback (a traceback's lines stay whole)."""
-    limit = next((i for i, ln in enumerate(lines) if ln.startswith(("Traceback", "[rank"))
-                  and "Traceback" in ln), len(lines))
+    limit = next(
+        (i for i, ln in enumerate(lines) if ln.startswith(("Traceback", "[rank")) and "Traceback" in ln),
+        len(lines),
+    )
     limit = max(1, limit)
     out = list(lines)
     for ln in extra:
@@ -186,8 +188,9 @@ def test_healthy_noise_keeps_top1(name: str, seed: int, n: int, kb: KnowledgeBas
         text = log.read_text(encoding="utf-8", errors="surrogateescape")
         lines = text.split("\n")
         extra = [rng.choice(HEALTHY_CHATTER) for _ in range(n)]
-        log.write_text("\n".join(_insert_before_failure(lines, rng, extra)), encoding="utf-8",
-                       errors="surrogateescape")
+        log.write_text(
+            "\n".join(_insert_before_failure(lines, rng, extra)), encoding="utf-8", errors="surrogateescape"
+        )
         rep = _report(run, kb)
     assert _top(rep) == baseline, f"{name}: healthy chatter changed top-1 {baseline} -> {_summary(rep)}"
 

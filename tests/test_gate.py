@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from mldebug_rules.engine.compile import compile_kb
 from mldebug_rules.engine.gate import apply_smokes
 from mldebug_rules.engine.packs import load_packs
@@ -23,9 +22,14 @@ def evidence(draw: st.DrawFn) -> list:
     for i in range(draw(st.integers(0, 8))):
         sid = draw(st.sampled_from(SIGS))
         sig = next(s for s in KB.signatures if s.id == sid)
-        facts.append(KB.registry.make("log.signature", {"signature": sig.id, "role": sig.role,
-                                                         "from_end": draw(st.integers(0, 100))},
-                                      file="train.log", line=i + 1))
+        facts.append(
+            KB.registry.make(
+                "log.signature",
+                {"signature": sig.id, "role": sig.role, "from_end": draw(st.integers(0, 100))},
+                file="train.log",
+                line=i + 1,
+            )
+        )
     if draw(st.booleans()):
         facts.append(KB.registry.make("kernel.oom_kill", {"pid": 7}, file="dmesg.txt", line=1))
     if draw(st.booleans()):
@@ -45,14 +49,28 @@ def test_no_rule_confirms(facts: list) -> None:
     assert g.verdict != "cause" and g.cause is None
     assert all(h.status == "hypothesis" for h in g.hypotheses)
     assert all(0.0 <= h.score <= 1.0 for h in g.hypotheses)
-    assert [h.id for h in g.hypotheses] == [h.id for h in sorted(g.hypotheses, key=lambda h: (-h.score, h.id))]
+    assert [h.id for h in g.hypotheses] == [
+        h.id for h in sorted(g.hypotheses, key=lambda h: (-h.score, h.id))
+    ]
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(evidence(), st.lists(st.tuples(st.sampled_from(HYPS), st.sampled_from(["confirmed", "refuted", "inconclusive"])), max_size=4))
+@given(
+    evidence(),
+    st.lists(
+        st.tuples(st.sampled_from(HYPS), st.sampled_from(["confirmed", "refuted", "inconclusive"])),
+        max_size=4,
+    ),
+)
 def test_only_smokes_decide(facts: list, smokes: list) -> None:
     smoke_facts = [
-        KB.registry.make("smoke.result", {"hypothesis": h, "outcome": o, "seq": i}, origin="smoke", file=".mldebug/smokes.jsonl", line=i)
+        KB.registry.make(
+            "smoke.result",
+            {"hypothesis": h, "outcome": o, "seq": i},
+            origin="smoke",
+            file=".mldebug/smokes.jsonl",
+            line=i,
+        )
         for i, (h, o) in enumerate(smokes, 1)
     ]
     g = _diagnose(facts + smoke_facts)

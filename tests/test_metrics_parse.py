@@ -1,4 +1,3 @@
-# ruff: noqa: E501  (the lines below are quoted in each logger's real, long format)
 """Every metric format the `metrics` probe reads, parsed from text written in that logger's real format."""
 
 from __future__ import annotations

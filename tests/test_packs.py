@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from mldebug_rules.engine.packs import PackError, load_packs
 from mldebug_rules.engine.yamlload import YamlError
 
@@ -52,7 +51,7 @@ def test_good_pack_loads(tmp_path: Path) -> None:
 
 def test_malformed_yaml_names_file_and_line(tmp_path: Path) -> None:
     msg = error_of(tmp_path, "rules:\n  - id: r1\n    title: [unclosed\n")
-    assert "rules.yaml:" in msg and ":4:" in msg or ":3:" in msg
+    assert ("rules.yaml:" in msg and ":4:" in msg) or ":3:" in msg
 
 
 def test_unknown_fact_kind(tmp_path: Path) -> None:
@@ -77,13 +76,16 @@ def test_missing_falsepositives_explains_why(tmp_path: Path) -> None:
 
 
 def test_pack_hypothesis_must_be_namespaced(tmp_path: Path) -> None:
-    body = GOOD_RULE + """hypotheses:
+    body = (
+        GOOD_RULE
+        + """hypotheses:
   tokenizer_broken:
     title: t
     alternatives: [config_error]
     smoke: halve_batch
     remediation: {immediate: a, investigate: b, false_positive: c}
 """
+    )
     assert "namespaced as 'acme.tokenizer_broken'" in error_of(tmp_path, body)
 
 
@@ -129,7 +131,17 @@ def test_cli_malformed_pack_is_exit_2_one_line(tmp_path: Path) -> None:
     run.mkdir()
     (run / "train.log").write_text("hello\n")
     p = subprocess.run(
-        [sys.executable, "-m", "mldebug_rules", "diagnose", str(run), "--offline", "--rules", str(d), "--strict"],
+        [
+            sys.executable,
+            "-m",
+            "mldebug_rules",
+            "diagnose",
+            str(run),
+            "--offline",
+            "--rules",
+            str(d),
+            "--strict",
+        ],
         capture_output=True,
         text=True,
     )
@@ -145,10 +157,13 @@ def test_params_override_and_unknown(tmp_path: Path) -> None:
 
 
 def test_override_disables_and_reweights(tmp_path: Path) -> None:
-    body = GOOD_RULE + """overrides:
+    body = (
+        GOOD_RULE
+        + """overrides:
   - {rule: core.bare_sigkill, disable: true, reason: our launcher prints Killed on every clean exit}
   - {rule: core.cuda_oom, weight: 0.2, reason: testing}
 """
+    )
     kb = load_packs([pack(tmp_path, body)], entry_points=False)
     rules = {r.id: r for r in kb.rules}
     assert rules["core.bare_sigkill"].disabled and rules["core.cuda_oom"].weight_override == 0.2
