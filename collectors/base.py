@@ -67,7 +67,11 @@ class ProbeSpec:
 def run_probes(
     ctx: Context, probes: Sequence[ProbeSpec], total_deadline_s: float = 25.0
 ) -> list[ProbeOutput]:
-    """Run probes concurrently; each gets its own deadline and the whole set a global one."""
+    """Run probes concurrently; each gets its own deadline, and the live probes a global one too.
+
+    The global deadline bounds what can hang on the machine (a stuck nvidia-smi, a dead NFS mount). File
+    probes are bounded by their own deadlines only: a 10 GB log, or a loaded machine, must not lose the
+    log's facts to the live probes' budget."""
     results: dict[str, ProbeOutput] = {}
     threads: dict[str, threading.Thread] = {}
     started = time.monotonic()
@@ -90,10 +94,10 @@ def run_probes(
         threads[spec.name] = t
         t.start()
     for spec in active:
-        remaining_total = total_deadline_s - (time.monotonic() - started)
-        threads[spec.name].join(
-            max(0.0, min(spec.deadline_s - (time.monotonic() - started), remaining_total))
-        )
+        own = spec.deadline_s - (time.monotonic() - started)
+        if spec.live_only:
+            own = min(own, total_deadline_s - (time.monotonic() - started))
+        threads[spec.name].join(max(0.0, own))
     outputs: list[ProbeOutput] = []
     for spec in active:
         out = results.get(spec.name)
