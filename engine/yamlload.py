@@ -38,7 +38,9 @@ class LineList(list):
     start_line: int = 0
 
 
-class _Loader(yaml.SafeLoader):
+# libyaml's parser (CSafeLoader) when PyYAML was built with it: pack loading is most of a small diagnosis's
+# start-up, and the pure-Python scanner was measured at ~3 s for the built-in packs. Both give node marks.
+class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
     pass
 
 
