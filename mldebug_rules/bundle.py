@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
-from .collectors.base import Context, ProbeOutput, run_probes
+from .collectors.base import ProbeOutput, run_probes
 from .collectors.bundles import SCHEMA
 from .collectors.deadlines import hostname
 from .collectors.registry import default_probes
@@ -72,20 +72,11 @@ def build_bundle(
 
 def collect(req: Any) -> dict[str, Any]:
     """Run every probe but the bundle replayer (a bundle never nests another) and build the bundle."""
-    from .diagnose import check_inputs, load_kb
+    from .diagnose import check_inputs, load_kb, probe_context
 
     check_inputs(req)
     kb = load_kb(req)
-    ctx = Context(
-        registry=kb.registry,
-        run_dirs=list(req.run_dirs),
-        logs=list(req.logs),
-        kernel_logs=list(req.kernel_logs),
-        bundles=[],
-        offline=req.offline,
-        kb=kb,
-        options=dict(req.options),
-    )
+    ctx = probe_context(req, kb, with_bundles=False)
     probes = [p for p in default_probes() if p.name != "bundle"]
     outputs = run_probes(ctx, probes)
     return build_bundle(outputs, req.run_dirs, req.offline, time.time())

@@ -82,6 +82,20 @@ def load_kb(req: Request) -> KnowledgeBase:
     return load_packs(req.rules_dirs, strict=req.strict, params=req.params)
 
 
+def probe_context(req: Request, kb: KnowledgeBase, *, with_bundles: bool = True) -> Context:
+    """What the probes read for this request (`collect` leaves bundles out: a bundle never nests another)."""
+    return Context(
+        registry=kb.registry,
+        run_dirs=list(req.run_dirs),
+        logs=list(req.logs),
+        kernel_logs=list(req.kernel_logs),
+        bundles=list(req.bundles) if with_bundles else [],
+        offline=req.offline,
+        kb=kb,
+        options=dict(req.options),
+    )
+
+
 def diagnose(
     req: Request,
     kb: KnowledgeBase | None = None,
@@ -91,16 +105,7 @@ def diagnose(
     check_inputs(req)
     kb = kb or load_kb(req)
     compiled = compile_kb(kb)
-    ctx = Context(
-        registry=kb.registry,
-        run_dirs=list(req.run_dirs),
-        logs=list(req.logs),
-        kernel_logs=list(req.kernel_logs),
-        bundles=list(req.bundles),
-        offline=req.offline,
-        kb=kb,
-        options=dict(req.options),
-    )
+    ctx = probe_context(req, kb)
     outputs = run_probes(ctx, list(probes) if probes is not None else default_probes())
     facts: list[Fact] = [f for o in outputs for f in o.facts] + list(extra_facts)
     facts += rank_facts(facts, kb.registry)  # across ranks: first failure, stragglers, stalls

@@ -121,15 +121,10 @@ def next_action(d: Diagnosis) -> str:
             f"`mldebug-rules smoke record RUN_DIR --hypothesis {top.id} --outcome confirmed|refuted`."
         )
     if d.unexplained:
-        f = d.unexplained[0]
-        where = f"{f.file}:{f.line}" if f.file else (f.probe or f.kind)
-        what = (
-            "a Python traceback ends the log"
-            if f.kind == "log.tail"
-            else f"signature {f.attrs.get('signature')}"
-        )
+        f = d.unexplained[0]  # a log.tail fact whose scrollback holds a traceback
+        where = f.file or f.probe or f.kind
         return (
-            f"A failure that no rule explains yet ({what}, {where}): read its last exception in the scrollback "
+            f"A failure that no rule explains yet (a Python traceback ends the log, {where}): read its last exception in the scrollback "
             "below; rerun the failing step alone (one process, CUDA_LAUNCH_BLOCKING=1) to localise it, and "
             "add a rule for it (`mldebug-rules rules new`)."
         )
