@@ -96,10 +96,14 @@ def _is_static(node: Mapping[str, Any]) -> bool:
     return not isinstance(value, dict)
 
 
+def _parts(node: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """A pattern's top-level conjuncts."""
+    return list(node["$and"]) if set(node) == {"$and"} else [node]
+
+
 def _constant_eq(node: Mapping[str, Any]) -> tuple[str, Any] | None:
     """The first top-level `attr == constant` test of a pattern (other than its kind), if any."""
-    parts = list(node["$and"]) if set(node) == {"$and"} else [node]
-    for x in parts:
+    for x in _parts(node):
         ((key, value),) = x.items()
         if key == "kind" or key.startswith("$") or isinstance(value, (dict, list)):
             continue
@@ -109,8 +113,7 @@ def _constant_eq(node: Mapping[str, Any]) -> tuple[str, Any] | None:
 
 def _eq_join(node: Mapping[str, Any]) -> tuple[str, str, str] | None:
     """The first top-level `attr == $pattern.attr` join of a pattern, for a hash join."""
-    parts = list(node["$and"]) if set(node) == {"$and"} else [node]
-    for x in parts:
+    for x in _parts(node):
         ((key, value),) = x.items()
         if not key.startswith("$") and isinstance(value, dict) and len(value) == 1:
             ((ref, attr),) = value.items()
@@ -120,7 +123,7 @@ def _eq_join(node: Mapping[str, Any]) -> tuple[str, str, str] | None:
 
 def _split(node: Mapping[str, Any]) -> tuple[Cond, Cond | None]:
     """(static part, join part or None) of a pattern's condition."""
-    parts = list(node["$and"]) if set(node) == {"$and"} else [node]
+    parts = _parts(node)
     static = [x for x in parts if _is_static(x)]
     joins = [x for x in parts if not _is_static(x)]
     s = compile_cond({"$and": static}) if static else (lambda f, b: True)
