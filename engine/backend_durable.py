@@ -133,22 +133,24 @@ class DurableBackend:
             started = False
             state: Any = None
             try:
+                batch = []
                 for fact in facts:
                     if fact["key"] in _CURRENT["seen"]:
                         continue
                     _CURRENT["seen"].add(fact["key"])
                     f = dict(fact)
                     f["sid"] = sid
-                    _CURRENT["asserted"].append(f)
+                    batch.append(f)
+                _CURRENT["asserted"].extend(batch)
+                if batch:
+                    # One call for all input facts: keep rules (compile.py) take in every kind the rules
+                    # read, and facts are distinct by key, so no fact of the batch can be refused.
                     started = True
                     try:
-                        host.assert_fact(self._name, f)
-                    except de.MessageNotHandledException:
-                        pass  # no rule looks at this fact; it stays on the Python side
-                    except de.MessageObservedException:
-                        pass
-                    if _CURRENT["error"]:
-                        break
+                        host.assert_facts(self._name, batch)
+                    except (de.MessageNotHandledException, de.MessageObservedException) as e:
+                        # The exception's text is the whole batch: name the class only.
+                        _CURRENT["error"] = f"durable-rules refused a fact of the batch ({type(e).__name__})"
                 error = _CURRENT["error"]
                 try:
                     state = host.get_state(self._name, sid) if started else None
@@ -165,4 +167,10 @@ class DurableBackend:
                 _PENDING.append((self._name, _CURRENT.get("asserted", [])))
                 _CURRENT.clear()
             if error:
+                if "error code: 303" in error:
+                    # ERR_MAX_STACK_SIZE: more than 64 list tests under one alpha node (see alpha_fanout).
+                    error += (
+                        " (durable-rules' alpha stack overflowed: too many range tests, `in` lists or joins"
+                        " behind the same tests; `mldebug-rules rules lint` names the crowded node)"
+                    )
                 raise EngineError(error)

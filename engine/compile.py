@@ -18,9 +18,9 @@ from typing import Any
 from .packs import KnowledgeBase, Rule
 
 _OPS = {"neq": "$neq", "gt": "$gt", "gte": "$gte", "lt": "$lt", "lte": "$lte"}
-# Kinds that actions assert back into the engine.
-DERIVED_KINDS = ("hypothesis", "derived", "metric.trend")
-RETAIN_PREFIX = "__retain__."
+# Keep rules exist only for durable-rules' storage semantics (see compile_kb); the Python backend skips them.
+KEEP_PREFIX = "__keep__."
+_NEVER = "__keep__"  # a kind no fact has
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,9 @@ class CompiledRules:
     name: str
     ruleset: dict[str, Any]
     actions: dict[str, ActionSpec] = field(default_factory=dict)
+    # Fact kinds some rule's pattern reads. Facts of other kinds cannot match anything: they stay on the
+    # Python side instead of costing an assertion (and, for derived facts, a retain action) each.
+    consumed: frozenset[str] = frozenset()
 
     def to_json(self) -> str:
         """The immutable artefact: sorted JSON, snapshot-tested."""
@@ -86,7 +89,21 @@ def compile_condition(
             else:
                 terms.append({_OPS[op]: {attr: _value(raw, params, atype)}})
     terms += extra or []
+    # Constant equalities first, then other constant tests, then joins (a stable sort keeps the authors' order
+    # within each group). The order changes nothing logically, but durable-rules hangs every non-equality
+    # test as a list child of the node before it and overflows at 64 (error 303): behind a constant
+    # equality, the lists of different rules spread over different nodes. See alpha_fanout().
+    terms.sort(key=_term_rank)
     return terms[0] if len(terms) == 1 else {"$and": terms}
+
+
+def _term_rank(term: Mapping[str, Any]) -> int:
+    ((key, value),) = term.items()
+    if key == "kind":
+        return 0
+    if _is_join(term):
+        return 3
+    return 1 if not key.startswith("$") and not isinstance(value, (dict, list)) else 2
 
 
 def compile_rule(kb: KnowledgeBase, rule: Rule) -> tuple[dict[str, Any], ActionSpec]:
@@ -138,12 +155,34 @@ def compile_kb(kb: KnowledgeBase) -> CompiledRules:
         body, action = compile_rule(kb, rule)
         rules[rule.id] = body
         actions[rule.id] = action
-    for kind in DERIVED_KINDS:
-        # durable-rules raises on a fact that no rule matches, even inside an action: keep derived kinds.
-        rules[f"{RETAIN_PREFIX}{kind}"] = {"all": [{"f": {"kind": kind}}], "run": f"{RETAIN_PREFIX}{kind}"}
+    consumed = frozenset(
+        kind
+        for body in rules.values()
+        for pat in body["all"]
+        for cond in pat.values()
+        if (kind := _kind(cond))
+    )
+    for kind in sorted(consumed):
+        # durable-rules refuses a fact that no rule's tests take in (and silently drops one asserted by an
+        # action), and one refused fact fails a whole batch. A keep rule takes in every fact of a kind that
+        # rules read, but waits on a kind no fact has, so it never fires: no action costs anything, and the
+        # input facts can go in as one batch. Facts of kinds no rule reads are never asserted at all.
+        rules[f"{KEEP_PREFIX}{kind}"] = {
+            "all": [{"f": {"kind": kind}}, {"never": {"kind": _NEVER}}],
+            "run": f"{KEEP_PREFIX}{kind}",
+        }
     digest = hashlib.sha1(json.dumps(rules, sort_keys=True).encode()).hexdigest()[:12]
     # A durable-rules ruleset name can be registered only once per process: name it by content.
-    return CompiledRules(name=f"mldebug_{digest}", ruleset=rules, actions=actions)
+    return CompiledRules(name=f"mldebug_{digest}", ruleset=rules, actions=actions, consumed=consumed)
+
+
+def _kind(cond: Mapping[str, Any]) -> str | None:
+    if isinstance(cond.get("kind"), str):
+        return str(cond["kind"])
+    for term in cond.get("$and", ()):
+        if isinstance(term.get("kind"), str):
+            return str(term["kind"])
+    return None
 
 
 def distinct_constants(compiled: CompiledRules) -> dict[str, int]:
@@ -166,3 +205,41 @@ def distinct_constants(compiled: CompiledRules) -> dict[str, int]:
             for cond in pat.values():
                 walk(cond)
     return {k: len(v) for k, v in sorted(seen.items())}
+
+
+def _is_join(term: Mapping[str, Any]) -> bool:
+    ((key, value),) = term.items()
+    if key in ("$and", "$or"):
+        return any(_is_join(x) for x in value)
+    if key.startswith("$"):
+        ((_, operand),) = value.items()
+        return isinstance(operand, dict)
+    return isinstance(value, dict)
+
+
+def alpha_fanout(compiled: CompiledRules) -> dict[str, int]:
+    """The widest list fan-out in durable-rules' alpha network, per path prefix.
+
+    durable-rules chains a pattern's tests into an alpha network. Equality with a constant is a hashed child,
+    but every other test (a range, `$neq`, `$or`, and every join, which is never shared between rules) is a
+    *list* child, and asserting a fact pushes all list children of a node on a fixed stack of 64: one more is
+    error 303. This mirrors that tree (identical constant tests share a node) and returns, per node reached
+    by a prefix of tests, its number of list children, so the linter can refuse a ruleset before the engine
+    does.
+    """
+    children: dict[str, set[str]] = {}
+    for rname, body in compiled.ruleset.items():
+        for pat in body["all"]:
+            for cond in pat.values():
+                terms = list(cond["$and"]) if set(cond) == {"$and"} else [cond]
+                prefix = ""
+                for term in terms:
+                    text = json.dumps(term, sort_keys=True)
+                    ((key, value),) = term.items()
+                    hashed = not key.startswith("$") and not isinstance(value, (dict, list))
+                    if _is_join(term):
+                        text = f"{rname}:{text}"  # joins belong to their rule's beta network
+                    if not hashed:
+                        children.setdefault(prefix, set()).add(text)
+                    prefix = f"{prefix}/{text}"
+    return {p or "/": len(c) for p, c in children.items()}

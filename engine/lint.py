@@ -6,7 +6,8 @@
 - rules that can never fire (a signature or kind nothing emits);
 - hypotheses raised without a catalogue entry (alternatives, smoke, remediation);
 - signatures no rule reads (a warning);
-- too many distinct equality constants on one field (durable-rules hangs at 512).
+- too many distinct equality constants on one field (durable-rules hangs at 512);
+- too many non-equality tests or joins behind the same tests (durable-rules fails at 64, error 303).
 """
 
 from __future__ import annotations
@@ -16,12 +17,14 @@ from dataclasses import dataclass
 
 import regex
 
-from .compile import compile_kb, distinct_constants
+from .compile import alpha_fanout, compile_kb, distinct_constants
 from .packs import KnowledgeBase
 
 SLOW_LINE_BYTES = 1 << 20
 SLOW_SECONDS = 0.5
 MAX_CONSTANTS = 400
+# durable-rules pushes every list test under an alpha node on a 64-deep stack (error 303 beyond it).
+MAX_FANOUT = 48
 _ADVERSARIAL = (
     "a" * SLOW_LINE_BYTES,
     " " * SLOW_LINE_BYTES,
@@ -186,7 +189,18 @@ def _rule_problems(kb: KnowledgeBase, only: set[str] | None) -> list[Problem]:
 
 def lint(kb: KnowledgeBase, only_packs: set[str] | None = None) -> list[Problem]:
     problems = _signature_problems(kb, only_packs) + _rule_problems(kb, only_packs)
-    for field, n in distinct_constants(compile_kb(kb)).items():
+    compiled = compile_kb(kb)
+    for node, n in alpha_fanout(compiled).items():
+        if n > MAX_FANOUT:
+            problems.append(
+                Problem(
+                    "ruleset",
+                    "error",
+                    f"{n} range tests, `in` lists or joins hang behind {node} (limit {MAX_FANOUT}; durable-rules"
+                    " fails at 64 with error 303); test a constant (e.g. `signature:`) in those patterns first",
+                )
+            )
+    for field, n in distinct_constants(compiled).items():
         if n > MAX_CONSTANTS:
             problems.append(
                 Problem(

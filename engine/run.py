@@ -74,10 +74,11 @@ class _Collector:
         self.facts = facts
         self.firings: dict[tuple[str, tuple[str, ...]], Firing] = {}
         self.derived: dict[str, Fact] = {}
+        self._hyps: dict[tuple[str, str], Fact] = {}
 
     def __call__(self, rule: str, bindings: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
         spec: ActionSpec | None = self.compiled.actions.get(rule)
-        if spec is None:  # a retain rule: the fact only has to be kept
+        if spec is None:  # a keep rule, which never fires
             return []
         out: list[dict[str, Any]] = []
         for d in spec.derive:
@@ -91,7 +92,7 @@ class _Collector:
                 rank=None if first.get("rank", -1) < 0 else first["rank"],
                 host=first.get("host", ""),
             )
-            out.append(self._keep(fact))
+            out += self._keep(fact)
         if spec.hypothesis:
             cites = tuple(bindings[name]["key"] for name in spec.cite)
             role = spec.role or _role_of([bindings[n] for n in spec.cite])
@@ -107,20 +108,23 @@ class _Collector:
                 summary=spec.summary,
             )
             self.firings.setdefault((rule, cites), firing)
-            hyp = self.registry.make(
-                "hypothesis",
-                {"hyp": spec.hypothesis, "rule": rule, "weight": spec.weight, "role": role},
-                origin="derived",
-                probe=f"rule:{rule}",
-            )
-            out.append(self._keep(hyp))
+            # One hypothesis fact per rule and role, however many times the rule fires: build it once.
+            hyp = self._hyps.get((rule, role))
+            if hyp is None:
+                hyp = self._hyps[(rule, role)] = self.registry.make(
+                    "hypothesis",
+                    {"hyp": spec.hypothesis, "rule": rule, "weight": spec.weight, "role": role},
+                    origin="derived",
+                    probe=f"rule:{rule}",
+                )
+                out += self._keep(hyp)
         return out
 
-    def _keep(self, fact: Fact) -> dict[str, Any]:
+    def _keep(self, fact: Fact) -> list[dict[str, Any]]:
         if fact.key not in self.facts:
             self.facts[fact.key] = fact
             self.derived[fact.key] = fact
-        return fact.to_engine()
+        return [fact.to_engine()] if fact.kind in self.compiled.consumed else []
 
 
 def _role_of(cited: Sequence[dict[str, Any]]) -> str:
@@ -147,7 +151,7 @@ def run_rules(
     for f in facts:
         by_key.setdefault(f.key, f)
     collector = _Collector(compiled, registry, by_key)
-    engine_facts = [f.to_engine() for f in by_key.values()]
+    engine_facts = [f.to_engine() for f in by_key.values() if f.kind in compiled.consumed]
     if name == "durable":
         backend_durable.DurableBackend(compiled.name, compiled.ruleset, collector).run(engine_facts)
     else:

@@ -36,6 +36,9 @@ BACKENDS = ["python"] + (["durable"] if DURABLE else [])
         ({"code": {"in": [48, 79]}}, [{"kind": "kernel.xid"}, {"$or": [{"code": 48}, {"code": 79}]}]),
         ({"code": {"in": [48]}}, [{"kind": "kernel.xid"}, {"code": 48}]),
         ({"pid": "$a.pid"}, [{"kind": "kernel.xid"}, {"pid": {"a": "pid"}}]),
+        # constant equalities first, then other constant tests, then joins (see alpha_fanout)
+        ({"pid": "$a.pid", "code": 79}, [{"kind": "kernel.xid"}, {"code": 79}, {"pid": {"a": "pid"}}]),
+        ({"pid": {"lt": 9}, "code": 79}, [{"kind": "kernel.xid"}, {"code": 79}, {"$lt": {"pid": 9}}]),
         (
             {"code": {"gte": 1, "lt": 9}},
             [{"kind": "kernel.xid"}, {"$gte": {"code": 1}}, {"$lt": {"code": 9}}],
@@ -171,3 +174,34 @@ def test_compiled_ruleset_is_sorted_json_and_stable() -> None:
     c2 = compile_kb(load_packs(entry_points=False))
     assert c1.to_json() == c2.to_json() and c1.name == c2.name
     assert json.loads(c1.to_json())["rules"]
+
+
+def test_lint_refuses_what_would_overflow_durable_alpha_stack() -> None:
+    from mldebug_rules.engine.compile import alpha_fanout
+    from mldebug_rules.engine.lint import MAX_FANOUT, lint
+
+    def crowded(n: int) -> list[str]:
+        kb = _kb(_durable_worker.joined_patterns(n))
+        return [p.message for p in lint(kb) if "error 303" in p.message]
+
+    assert max(alpha_fanout(compile_kb(_kb(_durable_worker.joined_patterns(70)))).values()) == 70
+    assert crowded(MAX_FANOUT) == []
+    (msg,) = crowded(MAX_FANOUT + 1)
+    assert f"{MAX_FANOUT + 1} range tests" in msg and '"kind": "kernel.xid"' in msg
+    # Behind a constant equality each rule's join hangs under its own node: no crowding.
+    spread = _durable_worker.joined_patterns(70)
+    for i, r in enumerate(spread):
+        r["when"]["x"]["match"]["code"] = i
+    assert max(alpha_fanout(compile_kb(_kb(spread))).values()) < MAX_FANOUT
+
+
+@pytest.mark.skipif(not DURABLE, reason=f"durable-rules not importable here: {WHY}")
+def test_alpha_fanout_model_matches_durable_limit() -> None:
+    """The linter's model of error 303 is checked against the engine itself, each case in its own process."""
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as ex:
+        fine = ex.submit(_durable_worker.run_joined, 60, "durable").result()
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as ex:
+        over = ex.submit(_durable_worker.run_joined, 70, "durable").result()
+    assert fine == "ok 1" == _durable_worker.run_joined(60, "python")
+    assert "error code: 303" in over and "rules lint" in over
+    assert _durable_worker.run_joined(70, "python") == "ok 1"
