@@ -672,6 +672,56 @@ def _zstd_chunks(fh: BinaryIO, head: bytes, state: dict[str, Any]) -> Iterator[b
 # Scanner
 
 
+_HS_DATABASES: dict[str, Any] = {}
+
+
+def _cpu_tag() -> str:
+    """The CPU's feature flags: a serialized database is only valid on the platform it was built for, and a
+    home directory (so the cache) is often shared by a cluster's different nodes."""
+    import platform
+
+    try:
+        with open("/proc/cpuinfo", "rb") as f:
+            head = f.read(16384)
+        for line in head.splitlines():
+            if line.startswith((b"flags", b"Features")):
+                return platform.machine() + ":" + line.split(b":", 1)[-1].strip().decode("ascii", "replace")
+    except OSError:
+        pass
+    return platform.machine() + ":" + platform.processor()
+
+
+def _hs_database(exprs: list[bytes], ids: list[int], flags: list[int]) -> Any:
+    """A block-mode database for these expressions: from this process, the on-disk cache, or compiled.
+
+    Compiling the packs' signatures takes hyperscan most of a second, every run; a serialized database
+    loads in microseconds. Keyed by the hyperscan version and the exact expressions, ids and flags."""
+    assert _hs is not None
+    from .. import cache
+
+    key = cache.digest(
+        ["hs", _hyperscan_version(), _cpu_tag(), repr(ids), repr(flags), *exprs]  # each part length-prefixed
+    )
+    db = _HS_DATABASES.get(key)
+    if db is not None:
+        return db
+    blob = cache.get("hyperscan", key)
+    if blob is not None:
+        try:
+            db = _hs.loadb(blob, _hs.HS_MODE_BLOCK)
+        except Exception:
+            db = None  # written by another build of the library: compile afresh
+    if db is None:
+        db = _hs.Database(mode=_hs.HS_MODE_BLOCK)
+        db.compile(expressions=exprs, ids=ids, elements=len(ids), flags=flags)
+        try:
+            cache.put("hyperscan", key, _hs.dumpb(db))
+        except Exception:
+            pass  # the cache is an optimisation only
+    _HS_DATABASES[key] = db
+    return db
+
+
 class Scanner:
     """Compiled set of patterns; scan files or byte strings with it.
 
@@ -743,11 +793,7 @@ class Scanner:
         flags = {i: _hyperscan_flags(self.patterns[i]) for i in hs_idx}
 
         def build(idx: list[int]) -> Any:
-            db = _hs.Database(mode=_hs.HS_MODE_BLOCK)
-            db.compile(
-                expressions=[exprs[i] for i in idx], ids=idx, elements=len(idx), flags=[flags[i] for i in idx]
-            )
-            return db
+            return _hs_database([exprs[i] for i in idx], idx, [flags[i] for i in idx])
 
         if not hs_idx:
             return None, py_idx

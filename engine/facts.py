@@ -24,10 +24,11 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import cerberus
-import yaml
+if TYPE_CHECKING:
+    import cerberus
+
 
 ORIGINS = ("probe", "derived", "smoke")
 COMMON = ("file", "line", "ts", "rank", "host")
@@ -107,8 +108,16 @@ class FactRegistry:
 
     @classmethod
     def load(cls) -> FactRegistry:
+        import yaml  # imported here: a KB served from the cache never parses YAML
+
         text = resources.files("mldebug_rules.engine").joinpath("fact_kinds.yaml").read_text("utf-8")
-        return cls(yaml.safe_load(text))
+        return cls(yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)))
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Validators are rebuilt on demand; leaving them out keeps cerberus out of a cached KB's unpickling.
+        state = dict(self.__dict__)
+        state["_validators"] = {}
+        return state
 
     # --- schema queries -------------------------------------------------------------------------------
     def attrs_of(self, kind: str) -> dict[str, dict[str, Any]]:
@@ -152,6 +161,8 @@ class FactRegistry:
     def _validator(self, kind: str) -> cerberus.Validator:
         v = self._validators.get(kind)
         if v is None:
+            import cerberus  # only for facts the fast path defers (see _fast_normalise)
+
             v = cerberus.Validator(self.kinds[kind]["attrs"], purge_unknown=False)
             self._validators[kind] = v
         return v

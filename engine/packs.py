@@ -7,17 +7,18 @@ pack's test cases). Every error names ``path:line`` and says what to do, like a 
 from __future__ import annotations
 
 import copy
+import json
 import os
+import pickle
 import re
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import cerberus
-import yaml
-
+from .. import cache
 from .facts import FactError, FactRegistry
 from .yamlload import LineDict, YamlError, line_of, load_file
 
@@ -124,13 +125,17 @@ class KnowledgeBase:
 
 
 def _load_schemas() -> dict[str, Any]:
+    import yaml  # imported here: a diagnosis served from the KB cache never needs it
+
     text = resources.files("mldebug_rules.engine").joinpath("pack_schema.yaml").read_text("utf-8")
-    return yaml.safe_load(text)
+    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
 
 def load_taxonomy() -> dict[str, dict[str, Any]]:
+    import yaml
+
     text = resources.files("mldebug_rules.engine").joinpath("taxonomy.yaml").read_text("utf-8")
-    return dict(yaml.safe_load(text)["diagnoses"])
+    return dict(yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))["diagnoses"])
 
 
 def builtin_pack_dirs() -> list[Path]:
@@ -140,7 +145,45 @@ def builtin_pack_dirs() -> list[Path]:
 
 def entry_point_pack_dirs() -> list[tuple[Path, str]]:
     """Packs installed as Python distributions (entry-point group ``mldebug_rules.packs``).
-    An entry point names a module (or ``module:attr`` returning a path) whose directory holds pack.yaml."""
+    An entry point names a module (or ``module:attr`` returning a path) whose directory holds pack.yaml.
+
+    Reading every distribution's metadata costs more than the rest of a cached start-up, so the answer is
+    cached, keyed by the installed distributions and their entry_points.txt files."""
+    key = _distributions_key()
+    blob = key and cache.get("entry-points", key)
+    if blob:
+        try:
+            return [(Path(p), str(o)) for p, o in json.loads(blob)]
+        except (ValueError, TypeError):
+            pass
+    found = _entry_point_pack_dirs()
+    if key:
+        cache.put("entry-points", key, json.dumps([[str(p), o] for p, o in found]).encode())
+    return found
+
+
+def _distributions_key() -> str | None:
+    parts: list[bytes | str] = ["entry-points", sys.version]
+    try:
+        for entry in sys.path:
+            if not entry or not os.path.isdir(entry):
+                continue
+            parts.append(entry)
+            with os.scandir(entry) as it:
+                metas = sorted(e.name for e in it if e.name.endswith((".dist-info", ".egg-info")))
+            for name in metas:
+                ep = os.path.join(entry, name, "entry_points.txt")
+                try:
+                    st = os.stat(ep)
+                    parts.append(f"{name}:{st.st_size}:{st.st_mtime_ns}")
+                except OSError:
+                    parts.append(name)
+    except OSError:
+        return None
+    return cache.digest(parts)
+
+
+def _entry_point_pack_dirs() -> list[tuple[Path, str]]:
     from importlib.metadata import entry_points
 
     found: list[tuple[Path, str]] = []
@@ -194,6 +237,8 @@ def _cerberus_messages(errors: Any, path: tuple[Any, ...] = ()) -> list[tuple[tu
 def _validate(doc: Any, schema: Mapping[str, Any], display: str) -> dict[str, Any]:
     if not isinstance(doc, dict):
         raise PackError(display, getattr(doc, "start_line", 1), "expected a mapping at the top level")
+    import cerberus  # imported here: a diagnosis served from the KB cache never validates
+
     v = cerberus.Validator(copy.deepcopy(dict(schema)))
     if v.validate(doc):
         return v.document
@@ -272,11 +317,59 @@ def load_packs(
     params: Mapping[str, Any] | None = None,
 ) -> KnowledgeBase:
     """Load and cross-check every pack. Built-in pack errors always raise; a third-party pack's error
-    raises under ``strict`` and otherwise disables only that pack, with a warning."""
-    kb = KnowledgeBase(registry=FactRegistry.load(), taxonomy=load_taxonomy())
+    raises under ``strict`` and otherwise disables only that pack, with a warning.
+
+    A successful load is cached on disk (see mldebug_rules/cache.py), keyed by the bytes of every pack file,
+    the engine's own schemas and code, and the options: parsing and validating the packs is most of a small
+    diagnosis' time. Errors are never cached, so a broken pack reports the same way every time."""
     dirs = discover(extra, entry_points=entry_points)
     if not builtin:
         dirs = [d for d in dirs if d[1] != "builtin"]
+    key = _kb_key(dirs, strict=strict, params=params)
+    blob = key and cache.get("kb", key)
+    if blob:
+        try:
+            kb = pickle.loads(blob)
+            if isinstance(kb, KnowledgeBase):
+                return kb
+        except Exception:
+            pass  # an entry from another version of the code: rebuild it
+    kb = _load_packs(dirs, strict=strict, params=params)
+    if key:
+        cache.put("kb", key, pickle.dumps(kb, protocol=pickle.HIGHEST_PROTOCOL))
+    return kb
+
+
+def _kb_key(
+    dirs: Sequence[tuple[Path, str]], *, strict: bool, params: Mapping[str, Any] | None
+) -> str | None:
+    """A digest of everything a load reads, or None when that cannot be told (then the load is not cached)."""
+    from .. import __version__
+
+    engine_dir = Path(__file__).parent
+    parts: list[bytes | str] = ["kb", __version__, sys.version, RULES_SCHEMA, repr(strict)]
+    parts.append(json.dumps(dict(params or {}), sort_keys=True, default=repr))
+    try:
+        for f in sorted(engine_dir.glob("*.py")) + sorted(engine_dir.glob("*.yaml")):
+            parts += [f.name, f.read_bytes()]
+        for path, origin in dirs:
+            parts += [str(path), origin]
+            if not path.is_dir():
+                continue
+            files = sorted(path.rglob("*.yaml"))
+            if len(files) > MAX_PACK_FILES:
+                return None
+            for f in files:
+                parts += [str(f.relative_to(path)), f.read_bytes()]
+    except OSError:
+        return None
+    return cache.digest(parts)
+
+
+def _load_packs(
+    dirs: Sequence[tuple[Path, str]], *, strict: bool, params: Mapping[str, Any] | None
+) -> KnowledgeBase:
+    kb = KnowledgeBase(registry=FactRegistry.load(), taxonomy=load_taxonomy())
     seen_names: dict[str, str] = {}
     for path, origin in dirs:
         try:

@@ -11,11 +11,10 @@ mldebug_rules.engine.yamlload.YamlError: bad.yaml:2: while parsing a flow sequen
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 MAX_YAML_BYTES = 4 * 1024 * 1024  # a rule file is text a person writes; bigger means a mistake or an attack
 
@@ -40,11 +39,20 @@ class LineList(list):
 
 # libyaml's parser (CSafeLoader) when PyYAML was built with it: pack loading is most of a small diagnosis's
 # start-up, and the pure-Python scanner was measured at ~3 s for the built-in packs. Both give node marks.
-class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
-    pass
+# Built on first use: a diagnosis whose packs come from the KB cache never imports yaml.
+@functools.cache
+def _loader_class() -> Any:
+    import yaml
+
+    class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+        pass
+
+    _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+    _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _construct_sequence)
+    return _Loader
 
 
-def _construct_mapping(loader: _Loader, node: yaml.MappingNode) -> LineDict:
+def _construct_mapping(loader: Any, node: Any) -> LineDict:
     out = LineDict()
     out.lines = {}
     out.start_line = node.start_mark.line + 1
@@ -66,19 +74,17 @@ def _construct_mapping(loader: _Loader, node: yaml.MappingNode) -> LineDict:
     return out
 
 
-def _construct_sequence(loader: _Loader, node: yaml.SequenceNode) -> LineList:
+def _construct_sequence(loader: Any, node: Any) -> LineList:
     out = LineList(loader.construct_object(n, deep=True) for n in node.value)
     out.lines = [n.start_mark.line + 1 for n in node.value]
     out.start_line = node.start_mark.line + 1
     return out
 
 
-_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
-_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _construct_sequence)
-
-
 def load_text(text: str, path: str) -> Any:
-    loader = _Loader(text)
+    import yaml
+
+    loader = _loader_class()(text)
     loader._mldebug_path = path  # type: ignore[attr-defined]
     try:
         return loader.get_single_data()

@@ -4,6 +4,8 @@ never stop, and a ruleset name registers once per process)."""
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -13,6 +15,9 @@ from mldebug_rules.engine.packs import KnowledgeBase, load_packs
 
 from mldebug_rules import report
 from mldebug_rules.diagnose import Request, diagnose
+
+# The tests (and the CLI processes they start) get a cache of their own, not the user's ~/.cache.
+os.environ.setdefault("MLDEBUG_CACHE_DIR", tempfile.mkdtemp(prefix="mldebug-test-cache-"))
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "fixtures"
