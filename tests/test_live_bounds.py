@@ -141,5 +141,24 @@ def test_the_live_total_caps_whatever_hangs(tmp_path: Path) -> None:
     assert outputs[0].facts[-1].attrs["detail"] == "no answer within 1 s"
 
 
+def test_disk_targets_include_moved_caches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from mldebug_rules.collectors import disks
+
+    monkeypatch.setenv("HF_HOME", "/hf")
+    monkeypatch.setenv("HF_DATASETS_CACHE", "/scratch/datasets")
+    monkeypatch.setenv("TMPDIR", "/local/tmp")
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_CACHE", raising=False)
+    ctx = _ctx(tmp_path, run_command)
+    roles = disks.targets(ctx)
+    assert ("run_dir", str(tmp_path)) in roles
+    assert {
+        ("tmp", "/local/tmp"),
+        ("shm", "/dev/shm"),
+        ("cache", "/hf"),
+        ("cache", "/scratch/datasets"),
+    } <= set(roles)
+
+
 if sys.platform != "linux":  # pragma: no cover
     pytestmark = pytest.mark.skip("process groups and /proc are Linux-specific")
