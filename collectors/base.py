@@ -102,9 +102,8 @@ def run_probes(
     for spec in active:
         out = results.get(spec.name)
         if out is None:
-            out = ProbeOutput(
-                spec.name, "timeout", f"no answer within {spec.deadline_s:g} s", seconds=spec.deadline_s
-            )
+            limit = min(spec.deadline_s, total_deadline_s) if spec.live_only else spec.deadline_s
+            out = ProbeOutput(spec.name, "timeout", f"no answer within {limit:g} s", seconds=limit)
         outputs.append(out)
     for out in outputs:
         out.facts.append(
@@ -158,3 +157,13 @@ def run_command(argv: Sequence[str], timeout_s: float, env: Mapping[str, str] | 
             return CommandResult("unavailable", text_out, text_err.strip(), proc.returncode)
         return CommandResult("error", text_out, text_err.strip(), proc.returncode)
     return CommandResult("ok", text_out, text_err, 0)
+
+
+Runner = Callable[[Sequence[str], float], CommandResult]
+
+
+def runner_of(ctx: Context) -> Runner:
+    """The command runner a live probe uses: ``run_command``, or one injected as ``ctx.options["runner"]``
+    (tests pass one that answers with recorded output, or that runs a real command which never answers)."""
+    injected = ctx.options.get("runner")
+    return injected if callable(injected) else run_command

@@ -11,21 +11,45 @@ safetensors header, and a size drop against earlier checkpoints.
 ('torch_zip', 'truncated')
 >>> inspect_bytes(b"", 0, b"", "m.pt")
 ('unknown', 'zero_bytes')
+>>> [step_of(p) for p in ("checkpoint-1000/pytorch_model.bin", "global_step500/mp_rank_00_model_states.pt",
+...  "ckpt/model_step100.pt", "lightning/epoch=3-step=1200.ckpt", "iter_0001000/mp_rank_00/model_optim_rng.pt",
+...  "final.pt")]
+[1000, 500, 100, 1200, 1000, -1]
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import statistics
 import struct
 from pathlib import Path
 
 from .base import Context, ProbeOutput, ProbeUnavailable
-from .rundir import find_run_files
+from .rundir import RunFiles, find_run_files
 
 _TAIL = 66000  # a zip's end-of-central-directory record sits in the last 65,557 bytes
 _MAX_ST_HEADER = 100 * 1024 * 1024
+# The step a checkpoint was written at, as HF Trainer, DeepSpeed, Lightning, Megatron and hand-written loops
+# name them. The last match in the path wins (checkpoint-1000/step_1000.pt names one step).
+_STEP = re.compile(r"(?:checkpoint|ckpt|global_step|step|iter)[-_=]?(\d+)(?=\D|$)", re.I)
+
+
+def step_of(rel: str) -> int:
+    found = _STEP.findall(rel)
+    return int(found[-1]) if found else -1
+
+
+def _last_log_write(files: RunFiles) -> float | None:
+    """When the run's training log was last written (its newest mtime)."""
+    times = []
+    for p in files.files("train"):
+        try:
+            times.append(os.stat(p).st_mtime)
+        except OSError:
+            continue
+    return max(times) if times else None
 
 
 def inspect_bytes(head: bytes, size: int, tail: bytes, name: str) -> tuple[str, str]:
@@ -82,6 +106,8 @@ def probe_checkpoints(ctx: Context) -> ProbeOutput:
             entries.append((st.st_mtime, files.rel(p), st.st_size, fmt, problem, p.suffix))
         entries.sort()
         newest = max((e[0] for e in entries), default=None)
+        # Live only: in a copied or checked-out run directory, mtimes say when the copy was made.
+        log_written = None if ctx.offline else _last_log_write(files)
         for i, (mtime, rel, size, fmt, problem, suffix) in enumerate(entries):
             earlier = [e[2] for e in entries[:i] if e[5] == suffix and e[2] > 0]
             ratio = size / statistics.median(earlier) if earlier else -1.0
@@ -94,6 +120,8 @@ def probe_checkpoints(ctx: Context) -> ProbeOutput:
                 "problem": problem,
                 "newest": mtime == newest,
                 "size_ratio": round(ratio, 3),
+                "step": step_of(rel),
+                "log_ahead_s": round(max(0.0, log_written - mtime), 1) if log_written is not None else -1.0,
             }
             ts = mtime if not ctx.offline else None
             out.facts.append(ctx.registry.make("checkpoint.file", attrs, file=rel, ts=ts))

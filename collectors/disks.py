@@ -122,6 +122,10 @@ def targets(ctx: Context) -> list[tuple[str, str]]:
         ("TORCH_HOME", os.path.join(home, ".cache", "torch")),
     ):
         out.append(("cache", os.path.abspath(os.environ.get(var) or default)))
+    # Caches moved off HF_HOME (often onto a shared or scratch filesystem of their own).
+    for var in ("HF_HUB_CACHE", "HF_DATASETS_CACHE", "TRANSFORMERS_CACHE"):
+        if os.environ.get(var):
+            out.append(("cache", os.path.abspath(os.environ[var])))
     seen: set[str] = set()
     unique = []
     for role, path in out:

@@ -5,8 +5,9 @@ its metadata is read from files, and only what needs the import runs in a subpro
 value passes through ``redact``; variables named like secrets are never recorded.
 
 >>> sorted(interesting_env({"NCCL_DEBUG": "INFO", "HF_TOKEN": "hf_x", "HOME": "/root", "SLURM_JOB_ID": "77",
-...                         "NCCL_IB_HCA": "mlx5", "WANDB_API_KEY": "k", "OMP_NUM_THREADS": "8"}).items())
-[('NCCL_DEBUG', 'INFO'), ('NCCL_IB_HCA', 'mlx5'), ('OMP_NUM_THREADS', '8'), ('SLURM_JOB_ID', '77')]
+...                         "NCCL_IB_HCA": "mlx5", "WANDB_API_KEY": "k", "OMP_NUM_THREADS": "8",
+...                         "TORCH_HUB_TOKEN": "t", "NCCL_SSH_KEY": "k", "TOKENIZERS_PARALLELISM": "true"}).items())
+[('NCCL_DEBUG', 'INFO'), ('NCCL_IB_HCA', 'mlx5'), ('OMP_NUM_THREADS', '8'), ('SLURM_JOB_ID', '77'), ('TOKENIZERS_PARALLELISM', 'true')]
 >>> files = {"/sys/fs/cgroup/job/memory.max": "8589934592\\n",
 ...          "/sys/fs/cgroup/job/memory.events": "low 0\\nhigh 0\\nmax 12\\noom 3\\noom_kill 2\\n"}
 >>> cgroup_memory("0::/job\\n", files.get)
@@ -78,6 +79,8 @@ _SLURM_KEEP = frozenset(
         "SLURM_ARRAY_TASK_ID",
     }
 )
+# Named like a secret, but a setting: a tokenizer's fork-safety switch is evidence in a DataLoader hang.
+_NOT_SECRET = frozenset({"TOKENIZERS_PARALLELISM"})
 _UNLIMITED = 2**62  # cgroup v1 says "no limit" with a huge page-rounded number
 _MAX_VALUE = 300
 
@@ -86,7 +89,7 @@ def interesting_env(env: Mapping[str, str]) -> dict[str, str]:
     """The variables that change how training behaves, secrets left out and values redacted."""
     out = {}
     for name, value in env.items():
-        if is_secret_name(name):
+        if is_secret_name(name) and name not in _NOT_SECRET:
             continue
         if name.startswith("SLURM_") and name not in _SLURM_KEEP:
             continue  # Slurm exports ~80 variables; these say which job and which task this is

@@ -39,7 +39,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ..engine.facts import FactError
-from .base import Context, ProbeOutput, ProbeUnavailable, run_command
+from .base import Context, ProbeOutput, ProbeUnavailable, Runner, runner_of
 from .deadlines import command_timeout, hostname
 from .gpu_nvml import throttle_attrs
 from .rundir import find_run_files
@@ -325,10 +325,10 @@ def probe_gpu_files(ctx: Context) -> ProbeOutput:
     return out
 
 
-def _nvml(timeout_s: float) -> tuple[str, str, list[dict[str, Any]]]:
+def _nvml(timeout_s: float, run: Runner) -> tuple[str, str, list[dict[str, Any]]]:
     if importlib.util.find_spec("pynvml") is None:
         return "unavailable", "pynvml is not installed", []
-    res = run_command([sys.executable, "-m", "mldebug_rules.collectors.gpu_nvml"], timeout_s)
+    res = run([sys.executable, "-m", "mldebug_rules.collectors.gpu_nvml"], timeout_s)
     if res.status != "ok":
         return res.status, f"NVML: {(res.stderr or res.status).strip()[:200]}", []
     try:
@@ -339,18 +339,16 @@ def _nvml(timeout_s: float) -> tuple[str, str, list[dict[str, Any]]]:
 
 
 def _smi(
-    timeout_s: float, recorded: dict[str, Any]
+    timeout_s: float, recorded: dict[str, Any], run: Runner
 ) -> tuple[str, str, list[tuple[int, dict[str, Any], str]]]:
     if "nvidia-smi" in recorded:
         text = recorded["nvidia-smi"]
         return "ok", "recorded nvidia-smi", list(parse_csv(text, QUERY_FIELDS))
     fields = QUERY_FIELDS
-    res = run_command(
-        ["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"], timeout_s
-    )
+    res = run(["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"], timeout_s)
     if res.status == "error" and "field" in (res.stdout + res.stderr).lower():
         fields = BASIC_FIELDS  # an older driver that lacks a field
-        res = run_command(
+        res = run(
             ["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"], timeout_s
         )
     if res.status == "timeout":
@@ -374,7 +372,8 @@ def probe_gpu(ctx: Context) -> ProbeOutput:
     timeout_s = command_timeout()
     host = hostname()
     reg = ctx.registry
-    status, detail, devices = ("unavailable", "recorded run", []) if recorded else _nvml(timeout_s)
+    run = runner_of(ctx)
+    status, detail, devices = ("unavailable", "recorded run", []) if recorded else _nvml(timeout_s, run)
     if status == "ok" and devices:
         for d in devices:
             try:
@@ -390,7 +389,7 @@ def probe_gpu(ctx: Context) -> ProbeOutput:
         out.detail = f"{detail} (a wedged GPU or driver?)"
         return out
     notes = [detail] if detail and detail != "recorded run" else []
-    smi_status, smi_detail, rows = _smi(timeout_s, recorded)
+    smi_status, smi_detail, rows = _smi(timeout_s, recorded, run)
     notes.append(smi_detail)
     out.detail = "; ".join(notes)
     if smi_status == "timeout":

@@ -21,7 +21,7 @@ from typing import Any
 
 from ..engine.facts import FactError
 from . import kernel_log
-from .base import CommandResult, Context, ProbeOutput, ProbeUnavailable, run_command
+from .base import CommandResult, Context, ProbeOutput, ProbeUnavailable, Runner, runner_of
 from .deadlines import command_timeout, hostname
 
 KERN_LOG = "/var/log/kern.log"
@@ -58,13 +58,17 @@ def parse_output(
     ``dmesg`` stamps are seconds since boot: with the boot time they become wall-clock times."""
     lines = text.splitlines()
     first = max(0, len(lines) - MAX_LINES)
-    for no, line in enumerate(lines[first:], first + 1):
-        for kind, attrs, ts in kernel_log.parse_line(line):
-            if ts is None and boot_time is not None:
-                m = _UPTIME.match(line)
-                if m:
-                    ts = round(boot_time + float(m.group(1)), 6)
-            yield no, kind, attrs, ts, line
+
+    def events() -> Iterator[kernel_log.Event]:
+        for no, line in enumerate(lines[first:], first + 1):
+            for kind, attrs, ts in kernel_log.parse_line(line):
+                if ts is None and boot_time is not None:
+                    m = _UPTIME.match(line)
+                    if m:
+                        ts = round(boot_time + float(m.group(1)), 6)
+                yield no, kind, attrs, ts, line
+
+    yield from kernel_log.merge_oom(events())
 
 
 def _read_file(path: str) -> CommandResult:
@@ -82,16 +86,16 @@ def _read_file(path: str) -> CommandResult:
         return CommandResult("error", stderr=str(e.strerror))
 
 
-def _fetch(src: Source, recorded: dict[str, Any], timeout_s: float) -> CommandResult:
+def _fetch(src: Source, recorded: dict[str, Any], timeout_s: float, run: Runner) -> CommandResult:
     key = src.argv[0] if src.argv else src.path
     if key in recorded:
         value = recorded[key]
         return value if isinstance(value, CommandResult) else CommandResult("ok", str(value))
     if src.path:
         return _read_file(src.path)
-    res = run_command(src.argv, timeout_s)
+    res = run(src.argv, timeout_s)
     if res.status == "error" and src.argv[0] == "dmesg" and "time-format" in res.stderr:
-        res = run_command(("dmesg",), timeout_s)  # busybox or an old util-linux
+        res = run(("dmesg",), timeout_s)  # busybox or an old util-linux
     return res
 
 
@@ -101,13 +105,14 @@ def _empty(text: str) -> bool:
 
 def probe_kernel_live(ctx: Context) -> ProbeOutput:
     recorded = ctx.options.get("recorded", {})
+    run = runner_of(ctx)
     timeout_s = command_timeout()
     notes: list[str] = []
     timed_out = False
     out = ProbeOutput("kernel")
     host = hostname()
     for src in SOURCES:
-        res = _fetch(src, recorded, timeout_s)
+        res = _fetch(src, recorded, timeout_s, run)
         if res.status == "timeout":
             timed_out = True
             notes.append(f"{src.label}: no answer within {timeout_s:g} s")

@@ -35,8 +35,8 @@ _PREFIX_ISO = re.compile(r"^(\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(
 _PREFIX_CTIME = re.compile(r"^\[(\w{3} \w{3} [ \d]\d \d{2}:\d{2}:\d{2} \d{4})\]")
 
 _OOM_KILLED = re.compile(
-    r"(?:Out of memory|Memory cgroup out of memory)(?: \(oom_kill_allocating_task\))?"
-    r": Kill(?:ed)? process (\d+) \(([^)]*)\)"
+    r"(?:(?:Out of memory|Memory cgroup out of memory)(?: \(oom_kill_allocating_task\))?: |\] |kernel: |^)"
+    r"Kill(?:ed)? process (\d+) \(([^)]*)\)"
     r"(?:.*?anon-rss:(\d+)kB)?"
 )
 _OOM_KILL_SUMMARY = re.compile(r"oom-kill:constraint=(\w+)(?:,.*?)?,task=([^,\s]+),pid=(\d+)")
@@ -49,7 +49,13 @@ _STALE = re.compile(r"(?:NFS|nfs).*(?:[Ss]tale (?:file|NFS file) handle|ESTALE)"
 _LUSTRE = re.compile(r"LustreError: .*?(?:connection to (\S+) .*?lost|timed out)")
 _HUNG = re.compile(r"INFO: task (.+?):(\d+) blocked for more than (\d+) seconds")
 _SEGV = re.compile(r"(\S+?)\[(\d+)\]: segfault at \S+ ip \S+ sp \S+ error \d+(?: in ([^\[\s]+))?")
-_MCE = re.compile(r"(mce: \[Hardware Error\].*|EDAC \S+: .*(?:CE|UE) .*|Machine check.*)")
+_MCE = re.compile(
+    r"(mce: \[Hardware Error\].*|mce: Uncorrected hardware memory error.*|EDAC \S+(?: \S+)?: .*\b(?:CE|UE)\b.*"
+    r"|\{\d+\}\[Hardware Error\]: event severity: \w+.*|Machine check.*)"
+)
+# Corrected events: EDAC "CE", an APEI/GHES record of severity "corrected", and the mce summary that CMCI
+# (corrected-error interrupts) prints. Everything else (UE, "Machine Check Exception", fatal) is not.
+_MCE_CORRECTED = re.compile(r"\bCE\b|event severity: corrected|Machine check events logged")
 _NVRM_PCI = re.compile(r"(?:PCI:)?([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.\d)?)")
 # NVRM events worth a fact (most NVRM lines are start-up chatter). Order matters: first match wins.
 _NVRM_EVENTS = (
@@ -98,9 +104,10 @@ def line_time(line: str) -> float | None:
 
 def parse_line(line: str) -> Iterator[tuple[str, dict[str, Any], float | None]]:
     """Facts (kind, attrs, time) in one kernel log line."""
-    if "oom" in line.lower() or "Out of memory" in line:
+    if "oom" in line.lower() or "Out of memory" in line or "Killed process" in line:
         m = _OOM_KILLED.search(line)
-        if m:
+        # Before 4.19 the victim line stood alone: "Killed process N (name) total-vm:..., anon-rss:...".
+        if m and ("ut of memory" in line or "total-vm:" in line):
             attrs: dict[str, Any] = {"pid": int(m.group(1)), "process": m.group(2)}
             if m.group(3):
                 attrs["anon_rss_kb"] = int(m.group(3))
@@ -180,21 +187,60 @@ def parse_line(line: str) -> Iterator[tuple[str, dict[str, Any], float | None]]:
                 line_time(line),
             )
             return
-    if "mce" in line or "EDAC" in line or "Machine check" in line:
+    if "mce" in line or "EDAC" in line or "Machine check" in line or "[Hardware Error]" in line:
         m = _MCE.search(line)
         if m:
             detail = m.group(1)
             yield (
                 "kernel.mce",
-                {"detail": detail[:200], "corrected": " CE " in f" {detail} "},
+                {"detail": detail[:200], "corrected": bool(_MCE_CORRECTED.search(detail))},
                 line_time(line),
             )
 
 
-def parse_lines(
-    lines: Iterable[tuple[int, str]],
-) -> Iterator[tuple[int, str, dict[str, Any], float | None, str]]:
+Event = tuple[int, str, dict[str, Any], float | None, str]
+# The summary and the "Killed process" line of one kill are adjacent in every kernel since 4.19.
+_OOM_PAIR_LINES = 5
+
+
+def merge_oom(events: Iterable[Event]) -> Iterator[Event]:
+    """One kernel.oom_kill per kill. The kernel prints a summary (``oom-kill:constraint=...,oom_memcg=...``)
+    and then ``Killed process PID (name) ... anon-rss:...`` for the same victim: each line alone lacks half of
+    the story (the cgroup, the memory). Merged, the fact cites the "Killed process" line.
+
+    >>> evs = [(80, "kernel.oom_kill", {"pid": 7, "process": "python", "constraint": "CONSTRAINT_MEMCG",
+    ...         "cgroup": "/job_9"}, None, "oom-kill:..."),
+    ...        (81, "kernel.oom_kill", {"pid": 7, "process": "python", "anon_rss_kb": 512, "constraint":
+    ...         "CONSTRAINT_MEMCG"}, None, "Memory cgroup out of memory: Killed process 7 (python) ...")]
+    >>> [(no, a["cgroup"], a["anon_rss_kb"]) for no, _, a, _, _ in merge_oom(evs)]
+    [(81, '/job_9', 512)]
+    """
+    pending: Event | None = None
+    for ev in events:
+        no, kind, attrs = ev[0], ev[1], ev[2]
+        if pending is not None:
+            if (
+                kind == "kernel.oom_kill"
+                and attrs.get("pid") == pending[2].get("pid")
+                and (0 <= no - pending[0] <= _OOM_PAIR_LINES)
+            ):
+                merged = dict(pending[2])
+                merged.update({k: v for k, v in attrs.items() if v not in ("", None)})
+                yield no, kind, merged, ev[3] if ev[3] is not None else pending[3], ev[4]
+                pending = None
+                continue
+            yield pending
+            pending = None
+        if kind == "kernel.oom_kill" and "anon_rss_kb" not in attrs:
+            pending = ev  # a summary line: wait for its "Killed process" line
+            continue
+        yield ev
+    if pending is not None:
+        yield pending
+
+
+def parse_lines(lines: Iterable[tuple[int, str]]) -> Iterator[Event]:
     """(line number, kind, attrs, time, text) for every fact in numbered lines."""
-    for no, text in lines:
-        for kind, attrs, ts in parse_line(text):
-            yield no, kind, attrs, ts, text
+    yield from merge_oom(
+        (no, kind, attrs, ts, text) for no, text in lines for kind, attrs, ts in parse_line(text)
+    )

@@ -27,7 +27,7 @@ TAIL_LINES = 200
 SCROLLBACK_SHOWN = 40
 _KERNEL_PREFILTER = (
     r"Out of memory|oom-kill|oom_reaper|Xid|nfs: server|[Ss]tale|LustreError|blocked for more than"
-    r"|segfault at|mce:|EDAC|Machine check|NVRM"
+    r"|segfault at|mce:|EDAC|Machine check|NVRM|Killed process|\[Hardware Error\]"
 )
 _TRACEBACK = "Traceback (most recent call last)"
 _FIELD_CAST = {"int": int, "float": float, "str": str}

@@ -110,15 +110,21 @@ def test_dmesg_iso_output() -> None:
         "kernel.xid",
         "kernel.nvrm",
         "kernel.nvrm",
-        "kernel.oom_kill",
-        "kernel.oom_kill",
+        "kernel.oom_kill",  # the summary and the "Killed process" line are one kill
     ]
     xid = next(a for _, k, a in found if k == "kernel.xid")
     assert (xid["code"], xid["pci"], xid["pid"], xid["hardware"]) == (79, "0000:0f:00", 48214, True)
     nvrm = [a["event"] for _, k, a in found if k == "kernel.nvrm"]
     assert nvrm == ["fallen_off_bus", "crash_dump"]
-    oom = [a for _, k, a in found if k == "kernel.oom_kill"]
-    assert oom[0]["cgroup"] == "/slurm/uid_1000/job_77" and oom[1]["anon_rss_kb"] == 84628
+    ((no, oom),) = [(no, a) for no, k, a in found if k == "kernel.oom_kill"]
+    assert no == 9  # cited at the "Killed process" line
+    assert (oom["pid"], oom["process"], oom["cgroup"], oom["anon_rss_kb"], oom["constraint"]) == (
+        48300,
+        "python",
+        "/slurm/uid_1000/job_77",
+        84628,
+        "CONSTRAINT_MEMCG",
+    )
 
 
 def test_journalctl_short_iso_times() -> None:
