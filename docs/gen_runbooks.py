@@ -1,6 +1,6 @@
 """Write docs/runbooks.md from the built-in packs' hypothesis catalogue (run after changing a catalogue entry).
 
-    python docs/gen_runbooks.py
+python docs/gen_runbooks.py
 """
 
 from __future__ import annotations
@@ -31,7 +31,11 @@ def main() -> int:
             out += ["**Alternatives.** " + ", ".join(f"[`{a}`](#{a})" for a in info["alternatives"]), ""]
         if smoke:
             out += [f"**Smoke** (`{info['smoke']}`). {smoke.get('description', '')}", ""]
-        for key, label in (("immediate", "Do now"), ("investigate", "Investigate"), ("false_positive", "False positive if")):
+        for key, label in (
+            ("immediate", "Do now"),
+            ("investigate", "Investigate"),
+            ("false_positive", "False positive if"),
+        ):
             if rem.get(key):
                 out += [f"**{label}.** {rem[key]}", ""]
     Path(__file__).with_name("runbooks.md").write_text("\n".join(out), encoding="utf-8")
