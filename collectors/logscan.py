@@ -255,11 +255,21 @@ def _required_literal(compiled: re.Pattern[bytes]) -> tuple[bytes, bool] | None:
 @dataclass
 class _Compiled:
     confirm: re.Pattern[bytes]  # original regex, run on one line: decides hits and yields groups
-    candidate: re.Pattern[bytes]  # multi-line form for segment-wide search (python engine)
-    literal: bytes | None  # required literal for the python engine's prefilter
-    literal_icase: bool
     keep_last: bool
     max_hits: int
+    # The python engine's segment-wide search: the multi-line form and a required literal as a prefilter.
+    # Built only for the patterns that engine looks for (see _with_search): with hyperscan that is few.
+    candidate: re.Pattern[bytes] | None = None
+    literal: bytes | None = None
+    literal_icase: bool = False
+
+
+def _with_search(comp: _Compiled, p: Pattern) -> _Compiled:
+    flags = re.IGNORECASE if p.ignore_case else 0
+    comp.candidate = re.compile(_line_anchored(p.regex).encode("utf-8"), flags | re.MULTILINE)
+    lit = _required_literal(comp.confirm)
+    comp.literal, comp.literal_icase = (lit[0], lit[1]) if lit else (None, False)
+    return comp
 
 
 def _compile_python(index: int, p: Pattern) -> _Compiled:
@@ -269,23 +279,13 @@ def _compile_python(index: int, p: Pattern) -> _Compiled:
         raise ValueError(f"pattern {p.id}: max_hits must be >= 0")
     flags = re.IGNORECASE if p.ignore_case else 0
     try:
-        source = p.regex.encode("utf-8")
-        confirm = re.compile(source, flags)
-        candidate = re.compile(_line_anchored(p.regex).encode("utf-8"), flags | re.MULTILINE)
+        confirm = re.compile(p.regex.encode("utf-8"), flags)
     except (re.error, UnicodeEncodeError, OverflowError, RecursionError) as e:
         raise ValueError(f"pattern {p.id}: {e}") from None
     # An empty-matching pattern would hit every line (and hyperscan refuses most of them): treat as a bug.
     if confirm.search(b"") is not None:
         raise ValueError(f"pattern {p.id}: matches the empty string")
-    lit = _required_literal(confirm)
-    return _Compiled(
-        confirm=confirm,
-        candidate=candidate,
-        literal=lit[0] if lit else None,
-        literal_icase=lit[1] if lit else False,
-        keep_last=p.keep == "last",
-        max_hits=p.max_hits,
-    )
+    return _Compiled(confirm=confirm, keep_last=p.keep == "last", max_hits=p.max_hits)
 
 
 def _has_end_anchor(regex: str) -> bool:
@@ -760,6 +760,11 @@ class Scanner:
             self.engine = f"hyperscan {_hyperscan_version()}"
         else:
             self.engine = "python-re"
+        try:
+            for i in self._py_idx:
+                _with_search(self._compiled[i], self.patterns[i])
+        except (re.error, OverflowError, RecursionError) as e:
+            raise ValueError(f"pattern {self.patterns[i].id}: {e}") from None
 
     # Scanners travel to worker processes by their constructor arguments (hyperscan databases don't pickle).
     def __getstate__(self) -> dict[str, Any]:
@@ -875,6 +880,7 @@ class Scanner:
                     append(end * npat + idx)
                     i = hfind(lit, end + 1)
                 continue
+            assert comp.candidate is not None  # built in __init__ for every pattern of this path
             search = comp.candidate.search
             pos = 0
             while pos <= n:

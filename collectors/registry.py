@@ -12,7 +12,9 @@ from .metrics import probe_metrics
 from .smoke_state import probe_smoke_state
 
 
-def default_probes() -> list[ProbeSpec]:
+def default_probes(live: bool = True) -> list[ProbeSpec]:
+    """Every probe; with ``live=False`` the live modules (psutil, NVML...) are not even imported, which is
+    a good part of an offline diagnosis' start-up."""
     probes = [
         ProbeSpec("logs", probe_logs, deadline_s=600.0),
         ProbeSpec("checkpoints", probe_checkpoints, deadline_s=10.0),
@@ -22,6 +24,8 @@ def default_probes() -> list[ProbeSpec]:
         ProbeSpec("bundle", probe_bundles, deadline_s=60.0),  # replayed `collect` bundles
         ProbeSpec("flight_recorder", probe_flight_recorder, deadline_s=60.0),  # NCCL Flight Recorder dumps
     ]
+    if not live:
+        return probes
     try:  # live probes arrive as their own modules; the offline pipeline does not depend on them
         from .live import live_probes
     except ImportError:

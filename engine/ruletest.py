@@ -127,7 +127,7 @@ def run_case(kb: KnowledgeBase, path: Path, case: dict[str, Any], engine: str | 
             run_dirs.append(Path(tmp))
         from ..collectors.registry import default_probes
 
-        probes = [p for p in default_probes() if not p.live_only]
+        probes = default_probes(live=False)
         d = diagnose(
             Request(run_dirs=run_dirs, offline=True, engine=engine),
             kb=case_kb,

@@ -106,7 +106,7 @@ def diagnose(
     kb = kb or load_kb(req)
     compiled = compile_kb(kb)
     ctx = probe_context(req, kb)
-    outputs = run_probes(ctx, list(probes) if probes is not None else default_probes())
+    outputs = run_probes(ctx, list(probes) if probes is not None else default_probes(live=not req.offline))
     facts: list[Fact] = [f for o in outputs for f in o.facts] + list(extra_facts)
     facts += rank_facts(facts, kb.registry)  # across ranks: first failure, stragglers, stalls
     result = run_rules(compiled, kb.registry, facts, req.engine)
