@@ -128,7 +128,7 @@ def test_env_and_launcher_flags() -> None:
         "CUDA_VISIBLE_DEVICES=0",
         "torchrun",
         "--nnodes",
-        "2",
+        "1",  # one rank means one node: a two-node rendezvous would wait for the other node forever
         "--nproc-per-node=1",
         "train.py",
         "--batch_size",
@@ -143,6 +143,44 @@ def test_env_and_launcher_flags() -> None:
     assert ap.argv == ["accelerate", "launch", "--num_processes", "1", "train.py"]
     ap = apply_recipe(["python", "train.py"], {"args": ["--nproc-per-node", "1"]})
     assert ap.argv == ["python", "train.py"] and ap.notes
+
+
+def test_process_count_keeps_framework_devices_in_step() -> None:
+    one_gpu = {"env": {"CUDA_VISIBLE_DEVICES": "0"}, "args": ["--nproc-per-node", "1"]}
+    lightning = [
+        "torchrun",
+        "--nnodes=2",
+        "--nproc-per-node",
+        "8",
+        "main.py",
+        "fit",
+        "--trainer.devices",
+        "8",
+    ]
+    ap = apply_recipe([*lightning, "--trainer.num_nodes", "2"], one_gpu)
+    assert ap.argv == [
+        "env",
+        "CUDA_VISIBLE_DEVICES=0",
+        "torchrun",
+        "--nnodes=1",
+        "--nproc-per-node",
+        "1",
+        "main.py",
+        "fit",
+        "--trainer.devices",
+        "1",
+        "--trainer.num_nodes",
+        "1",
+    ]
+    # Lightning without a launcher starts its own processes: the devices flag is the process count.
+    ap = apply_recipe(["python", "main.py", "fit", "--trainer.devices", "4"], {"overrides": {"nproc": 2}})
+    assert ap.argv == ["python", "main.py", "fit", "--trainer.devices", "2"] and not ap.notes
+    # Hydra: only keys the command already sets are changed; nothing is added for the device count.
+    hydra = ["torchrun", "--nproc_per_node=8", "train.py", "trainer.devices=8", "data.batch_size=4"]
+    ap = apply_recipe(hydra, one_gpu)
+    assert ap.argv[-4:] == ["--nproc_per_node=1", "train.py", "trainer.devices=1", "data.batch_size=4"]
+    ap = apply_recipe(["torchrun", "--nproc_per_node=8", "train.py", "x=1"], one_gpu)
+    assert ap.argv[-2:] == ["train.py", "x=1"] and "--nnodes" not in ap.argv
 
 
 def test_split_command_finds_script() -> None:
