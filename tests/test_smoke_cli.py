@@ -363,3 +363,27 @@ def test_claim_gate_hook(oom_run: Path, tmp_path: Path) -> None:
     )
     assert hook(event).returncode == 0
     assert hook(f"Root cause: host_oom_kill (run: {oom_run})").returncode == 2
+    # A cause the gate cannot check is blocked too (unless MLDEBUG_GATE_STRICT=0), with the reason.
+    vague = hook(f"Root cause: OOM (run: {oom_run})")
+    assert vague.returncode == 2 and "not a hypothesis id" in vague.stderr
+    nodir = hook(f"Root cause: gpu_oom (run: {tmp_path / 'missing'})")
+    assert nodir.returncode == 2 and "no such run directory" in nodir.stderr
+    env["MLDEBUG_GATE_STRICT"] = "0"
+    assert hook(f"Root cause: OOM (run: {oom_run})").returncode == 0
+    # Claude Code's second stop in a row: still blocked unless MLDEBUG_GATE_ONCE=1.
+    again = json.dumps({"transcript_path": str(transcript), "stop_hook_active": True})
+    transcript.write_text(
+        json.dumps(
+            {
+                **msg,
+                "message": {
+                    "role": "assistant",
+                    "content": [{"type": "text", "text": f"Root cause: host_oom_kill (run: {oom_run})"}],
+                },
+            }
+        )
+        + "\n"
+    )
+    assert hook(again).returncode == 2
+    env["MLDEBUG_GATE_ONCE"] = "1"
+    assert hook(again).returncode == 0
