@@ -183,6 +183,66 @@ def test_process_count_keeps_framework_devices_in_step() -> None:
     assert ap.argv[-2:] == ["train.py", "x=1"] and "--nnodes" not in ap.argv
 
 
+# The five knobs (batch size, max steps, learning rate, precision, workers) on each framework's own
+# syntax: existing settings are replaced in place, missing ones added where the framework accepts them.
+FIVE = {"batch_size": 2, "max_steps": 3, "learning_rate": 0.0, "precision": "32", "num_workers": 0}
+FIVE_OFF = {**FIVE, "fp16": False, "bf16": False}
+FRAMEWORK_CASES = {
+    "hf": (
+        "python run_clm.py --output_dir o --per_device_train_batch_size 16 --bf16",
+        "python run_clm.py --output_dir o --per_device_train_batch_size 2 --max_steps 3 --learning_rate 0.0 "
+        "--dataloader_num_workers 0",
+    ),
+    "lightning": (
+        "python main.py fit --trainer.precision bf16-mixed --model.lr 0.1 --data.num_workers 8",
+        "python main.py fit --trainer.precision 32 --model.lr 0.0 --data.num_workers 0 --data.batch_size 2 "
+        "--trainer.max_steps 3",
+    ),
+    "hydra": (
+        "python train.py experiment=big trainer.precision=bf16-mixed optimizer.lr=3e-4 data.num_workers=8 "
+        "data.batch_size=64 trainer.max_steps=90000",
+        "python train.py experiment=big trainer.precision=32 optimizer.lr=0.0 data.num_workers=0 "
+        "data.batch_size=2 trainer.max_steps=3",
+    ),
+}
+
+
+@pytest.mark.parametrize("framework", sorted(FRAMEWORK_CASES))
+def test_five_overrides_per_framework(framework: str) -> None:
+    before, after = FRAMEWORK_CASES[framework]
+    ap = apply_recipe(before.split(), {"overrides": FIVE_OFF})
+    assert ap.framework == framework and ap.unapplied == {}
+    assert ap.argv == after.split()
+
+
+ENV_RECIPES = {
+    "CUDA_VISIBLE_DEVICES": "0",
+    "NCCL_IB_DISABLE": "1",
+    "CUDA_LAUNCH_BLOCKING": "1",
+    "TORCH_DISTRIBUTED_DEBUG": "DETAIL",
+    "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+}
+
+
+def test_env_var_recipes_are_in_the_packs_and_apply(kb: KnowledgeBase) -> None:
+    cmd = ["torchrun", "--nproc-per-node", "8", "train.py", "--output_dir", "o"]
+    for var, value in ENV_RECIPES.items():
+        sids = [
+            s for s, spec in kb.smokes.items() if (spec.get("recipe") or {}).get("env", {}).get(var) == value
+        ]
+        assert sids, f"no smoke recipe sets {var}={value}"
+        ap = apply_recipe(cmd, kb.smokes[sids[0]]["recipe"])
+        assert ap.argv[0] == "env" and f"{var}={value}" in ap.argv[: ap.argv.index("torchrun")]
+    one = [
+        s
+        for s, spec in kb.smokes.items()
+        if (spec.get("recipe") or {}).get("args") == ["--nproc-per-node", "1"]
+    ]
+    assert one, "no smoke runs on one process"
+    ap = apply_recipe(cmd, kb.smokes[one[0]]["recipe"])
+    assert ap.argv[ap.argv.index("torchrun") + 1 : ap.argv.index("train.py")] == ["--nproc-per-node", "1"]
+
+
 def test_split_command_finds_script() -> None:
     sp = split_command(["torchrun", "--standalone", "--nproc_per_node", "2", "train.py", "--lr", "1"])
     assert sp.launcher == "torchrun" and sp.args == ["--lr", "1"]
@@ -256,6 +316,19 @@ def test_run_command_scans_whole_output_but_keeps_it_bounded(kb: KnowledgeBase) 
     assert ex.total_bytes > 1_000_000 and len(ex.output()) < 300_000
     assert b"bytes not kept" in ex.output()
     assert run_command(["/nonexistent/binary"], 5, signature_scanner(kb), echo=False).error
+
+
+def test_run_command_passes_argv_as_is_without_a_shell(kb: KnowledgeBase, tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    args = ["$HOME", "a; touch " + str(marker), "*", "`id`", "$(id)", "two words"]
+    ex = run_command(
+        [sys.executable, "-c", "import sys; print(sys.argv[1:])", *args],
+        60,
+        signature_scanner(kb),
+        echo=False,
+    )
+    assert ex.exit_code == 0 and ex.output().decode().strip() == repr(args)
+    assert not marker.exists()
 
 
 def test_map_outcome(kb: KnowledgeBase) -> None:
