@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -316,6 +318,31 @@ def test_run_command_scans_whole_output_but_keeps_it_bounded(kb: KnowledgeBase) 
     assert ex.total_bytes > 1_000_000 and len(ex.output()) < 300_000
     assert b"bytes not kept" in ex.output()
     assert run_command(["/nonexistent/binary"], 5, signature_scanner(kb), echo=False).error
+
+
+def test_run_command_ends_with_the_command_not_with_its_leftovers(kb: KnowledgeBase, tmp_path: Path) -> None:
+    """The command exits while a background child keeps the pipe open and keeps printing: the smoke ends
+    with the command (not at the timeout) and the leftover child is killed with the group."""
+    pidfile = tmp_path / "child.pid"
+    code = (
+        "import subprocess, sys\n"
+        "p = subprocess.Popen([sys.executable, '-c', "
+        "'import time\\nwhile True: print(\"spam\", flush=True); time.sleep(0.01)'])\n"
+        f"open({str(pidfile)!r}, 'w').write(str(p.pid))\n"
+        "print('main done', flush=True)\n"
+    )
+    ex = run_command([sys.executable, "-c", code], 300, signature_scanner(kb), echo=False)
+    assert not ex.timed_out and ex.exit_code == 0
+    assert b"main done" in ex.output()
+    pid = int(pidfile.read_text())
+    for _ in range(100):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail("the command's leftover child outlived the smoke")
 
 
 def test_run_command_passes_argv_as_is_without_a_shell(kb: KnowledgeBase, tmp_path: Path) -> None:
