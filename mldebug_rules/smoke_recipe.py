@@ -100,6 +100,11 @@ def _bundle_cmdlines(obj: Any, depth: int = 0) -> Iterator[list[str]]:
     if depth > 12:
         return
     if isinstance(obj, dict):
+        # A `collect` bundle keeps each training process as a `process` fact whose text is its command line.
+        if str(obj.get("kind", "")).startswith("process") and isinstance(obj.get("text"), str):
+            argv = parse_command_line(obj["text"])
+            if argv:
+                yield argv
         for k, v in obj.items():
             if k in ("cmdline", "command", "cmd", "argv"):
                 if isinstance(v, list) and v and all(isinstance(x, str) for x in v):

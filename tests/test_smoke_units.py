@@ -284,6 +284,27 @@ def test_find_command_sources(tmp_path: Path) -> None:
     found = find_command(tmp_path)
     assert found is not None and found.argv == ["/usr/bin/python3", "-u", "main.py", "fit"]
     assert find_command(tmp_path, "python x.py --lr 1").argv == ["python", "x.py", "--lr", "1"]  # type: ignore[union-attr]
+    # What `collect` writes: the training process as a `process` fact whose text is its command line.
+    (tmp_path / "node.mldebug.json").write_text(
+        json.dumps(
+            {
+                "schema": "mldebug-rules/bundle/v1",
+                "facts": [
+                    {"kind": "gpu.util", "attrs": {"util_pct": 0.0}, "origin": "probe", "source": "nvml"},
+                    {
+                        "kind": "process",
+                        "attrs": {"pid": 24420, "name": "python3", "in_run_dir": True},
+                        "origin": "probe",
+                        "source": "probe:processes",
+                        "text": "python train.py --output_dir out --per_device_train_batch_size 8",
+                    },
+                ],
+            }
+        )
+    )
+    found = find_command(tmp_path)
+    assert found is not None and found.source == "node.mldebug.json"
+    assert found.argv == ["python", "train.py", "--output_dir", "out", "--per_device_train_batch_size", "8"]
     with pytest.raises(UsageError):
         find_command(tmp_path, "python 'unterminated")
 
