@@ -146,6 +146,9 @@ def test_done_when_cuda_oom(tmp_path: Path) -> None:
     assert (top["id"], top["status"]) == ("gpu_oom", "confirmed")
     sources = [e["source"] for e in top["evidence"]]
     assert f"train.log:{OOM_LINE}" in sources and ".mldebug/smokes.jsonl:2" in sources
+    # the smokes' own captured output (the hang printed an OOM) is never read back as run evidence
+    everywhere = [e["source"] for h in rep["hypotheses"] for e in h["evidence"]]
+    assert not [x for x in everywhere if x.startswith(".mldebug/smoke-")]
     assert cli("gate", str(run), "--claim", "gpu_oom").returncode == 0
     other = cli("gate", str(run), "--claim", "host_oom_kill")
     assert other.returncode == 1
