@@ -120,6 +120,15 @@ def next_action(d: Diagnosis) -> str:
             f"Do not claim a cause yet. Run the smoke for {top.id}: {what}; then record it with "
             f"`mldebug-rules smoke record RUN_DIR --hypothesis {top.id} --outcome confirmed|refuted`."
         )
+    refuted = [h for h in hyps if h.status == "refuted" and h.failure]
+    if refuted:  # smokes ruled out everything the rules raised: the refuted ones' alternatives come next
+        ids = ", ".join(h.id for h in refuted)
+        alts = [a for h in refuted for a in h.alternatives if a not in {x.id for x in hyps}]
+        nxt = f" Their alternatives come next ({', '.join(dict.fromkeys(alts))}): " if alts else " "
+        return (
+            f"Smokes refuted {ids}; no live hypothesis is left.{nxt}"
+            "`mldebug-rules smoke plan RUN_DIR` lists the smokes that settle them."
+        )
     if d.unexplained:
         f = d.unexplained[0]  # a log.tail fact whose scrollback holds a traceback
         where = f.file or f.probe or f.kind

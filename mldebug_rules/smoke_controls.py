@@ -109,6 +109,11 @@ def pairs(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                 f"{rec['classification']})"
             )
             entry["mechanism"] = spec.get("mechanisms", {}).get(eff, "")
+            if rec.get("same_command_as_baseline"):
+                entry["showed"] += (
+                    "; its command line was the same as the baseline's, so the change was made outside it "
+                    "(a config file) or not at all"
+                )
         out.append(entry)
     return out
 

@@ -148,12 +148,12 @@ def run_command(
             if left <= 0:
                 timed_out = True
                 break
-            if not sel.select(min(left, 0.5)):
-                # The child may exit while a grandchild keeps the pipe open: don't wait for that one.
-                if proc.poll() is not None:
-                    break
-                continue
-            eof = not _drain(fd, cap)
+            if sel.select(min(left, 0.5)):
+                eof = not _drain(fd, cap)
+            # The command may exit while a grandchild keeps the pipe open (and even keeps writing to it):
+            # the smoke is over when the command is; the group is killed below.
+            if proc.poll() is not None:
+                break
         if timed_out:
             _kill_group(proc, signal.SIGTERM)
             with contextlib.suppress(subprocess.TimeoutExpired):

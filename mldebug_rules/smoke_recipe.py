@@ -100,6 +100,11 @@ def _bundle_cmdlines(obj: Any, depth: int = 0) -> Iterator[list[str]]:
     if depth > 12:
         return
     if isinstance(obj, dict):
+        # A `collect` bundle keeps each training process as a `process` fact whose text is its command line.
+        if str(obj.get("kind", "")).startswith("process") and isinstance(obj.get("text"), str):
+            argv = parse_command_line(obj["text"])
+            if argv:
+                yield argv
         for k, v in obj.items():
             if k in ("cmdline", "command", "cmd", "argv"):
                 if isinstance(v, list) and v and all(isinstance(x, str) for x in v):
@@ -231,10 +236,10 @@ def _set_flag(args: list[str], aliases: list[str], value: Any, is_bool: bool, ad
         new = render_value(value, "flag")
         if eq:
             args[i] = f"{name}={new}"
-            return f"{name} {old} -> {new}"
+            return f"{name} {old} -> {new}" if old != new else ""
         if has_next:
             old, args[i + 1] = args[i + 1], new
-            return f"{name} {old} -> {new}"
+            return f"{name} {old} -> {new}" if old != new else ""
         args.insert(i + 1, new)
         return f"{name} -> {new}"
     if is_bool and not value:
@@ -256,7 +261,7 @@ def _set_kv(args: list[str], aliases: list[str], value: Any, add: bool) -> str |
             key = m.group(2)
             if (key in aliases) if exact else (key.rsplit(".", 1)[-1] in lasts):
                 args[i] = f"{m.group(1)}{key}={new}"
-                return f"{key} {m.group(3)} -> {new}"
+                return f"{key} {m.group(3)} -> {new}" if m.group(3) != new else ""
     if not add:
         return None
     args.append(f"++{aliases[0]}={new}")
@@ -295,9 +300,10 @@ def apply_recipe(argv: list[str], recipe: Mapping[str, Any]) -> Applied:
         else:
             out.unapplied.setdefault("args", []).append(tok)
         i += 1
+    launcher_set: dict[str, Any] = {}
     for key, value in overrides.items():
         if key in launcher_keys:
-            _apply_launcher(head, sp, launcher_keys[key], value, out)
+            launcher_set[launcher_keys[key]] = value
             continue
         if key in fw.get("ignore", []):
             continue
@@ -313,6 +319,8 @@ def apply_recipe(argv: list[str], recipe: Mapping[str, Any]) -> Applied:
             out.unapplied[key] = value
         elif note:
             out.changes.append(note)
+    if launcher_set:
+        _apply_process_count(head, args, sp, fw, launcher_set, out)
     env = dict(sp.env)
     for k, v in (recipe.get("env") or {}).items():
         if env.get(k) != str(v):
@@ -322,25 +330,61 @@ def apply_recipe(argv: list[str], recipe: Mapping[str, Any]) -> Applied:
     return out
 
 
-def _apply_launcher(head: list[str], sp: Split, key: str, value: Any, out: Applied) -> None:
-    if sp.launcher is None:
-        if str(value) == "1" and key == "nproc":
-            out.notes.append("the run is already a single process (no launcher)")
+def _apply_process_count(
+    head: list[str], args: list[str], sp: Split, fw: Mapping[str, Any], want: Mapping[str, Any], out: Applied
+) -> None:
+    """Set the process count (``nproc``, ``nnodes``) on the launcher, and keep the framework's own device
+    count in step: Lightning's ``--trainer.devices 8`` under one process would fail (or spawn 8 itself)."""
+    want = dict(want)
+    # "N ranks" means N ranks on this node: a multi-node rendezvous would wait for the other nodes forever.
+    if "nproc" in want and "nnodes" not in want:
+        want["nnodes"] = 1
+        explicit = {"nproc"}
+    else:
+        explicit = set(want)
+    changed = False
+    for key, value in want.items():
+        if sp.launcher is not None:
+            changed |= _apply_launcher(head, sp, key, value, out, add=key in explicit)
+        elif key in explicit and not (key == "nproc" and str(value) == "1"):
+            out.unapplied[key] = value  # no launcher to tell: the script's own config decides
+    # The framework's device flags, only where the command already sets them (their defaults follow the
+    # launcher's world size).
+    for key, fw_key in (("nproc", "gpus"), ("nnodes", "num_nodes")):
+        aliases = fw.get("keys", {}).get(fw_key)
+        if key not in want or not aliases:
+            continue
+        if fw["style"] == "kv":
+            note = _set_kv(args, aliases, want[key], False)
         else:
-            out.unapplied[key] = value
-        return
-    aliases = overrides_table()["launchers"][sp.launcher]["flags"].get(key)
+            note = _set_flag(args, aliases, want[key], False, False)
+        if note:
+            out.changes.append(note)
+            changed = True
+    if sp.launcher is None and str(want.get("nproc")) == "1" and not changed:
+        out.notes.append("the run is already a single process (no launcher)")
+
+
+def _apply_launcher(head: list[str], sp: Split, key: str, value: Any, out: Applied, add: bool = True) -> bool:
+    """Set a launcher option; ``add=False`` only changes one the command already has. True when it changed."""
+    aliases = overrides_table()["launchers"][sp.launcher or ""]["flags"].get(key)
     if not aliases:
-        out.unapplied[key] = value
-        return
+        if add:
+            out.unapplied[key] = value
+        return False
     opts = head[sp.launcher_at : sp.script_at]
     note = _set_flag(opts, aliases, value, False, False)
     if note is None:
+        if not add:
+            return False
         opts[:0] = [aliases[0], render_value(value, "flag")]
         note = f"added {aliases[0]} {value}"
     head[sp.launcher_at : sp.script_at] = opts
     sp.script_at = sp.launcher_at + len(opts)
+    if not note:
+        return False  # already so
     out.changes.append(note)
+    return True
 
 
 def overrides_for_control(name: str, value: str, controls: Mapping[str, Any]) -> dict[str, Any]:

@@ -147,27 +147,56 @@ def _plan_smoke(
     return entry
 
 
+def _control_values(spec: Mapping[str, Any]) -> list[str]:
+    """The values a control can take, the suggested one first."""
+    values = [str(v) for v in (spec.get("values") or {}) if v != "*"]
+    first = str(spec.get("example") or (values[0] if values else "VALUE"))
+    return [first, *(v for v in values if v != first)]
+
+
 def _plan_controls(
     run_dir: str, hid: str, sid: str, recipe: Mapping[str, Any], found: FoundCommand | None, timeout: float
 ) -> list[dict[str, Any]]:
+    """One control per axis. With a known command, the value suggested is one that really changes it from
+    the smoke's own command (the baseline): a control that changes nothing compares nothing."""
     out = []
     table = controls_table()["controls"]
+    base = apply_recipe(found.argv, recipe) if found is not None else None
     for name, spec in table.items():
-        value = str(spec.get("example") or next((v for v in (spec.get("values") or {}) if v != "*"), "VALUE"))
-        entry: dict[str, Any] = {"control": f"{name}={value}", "axis": spec["axis"]}
-        if found is not None:
-            ctl = overrides_for_control(name, value, table)
-            merged = {
-                "env": {**(recipe.get("env") or {}), **ctl["env"]},
-                "overrides": {**(recipe.get("overrides") or {}), **ctl["overrides"]},
-                "args": list(recipe.get("args") or []),
-            }
-            ap = apply_recipe(found.argv, merged)
-            entry["needs_code_change"] = {k: v for k, v in ap.unapplied.items() if k in ctl["overrides"]}
-            argv: list[str] | None = ap.argv
-        else:
-            argv = None
-        entry["command"] = smoke_run_cmd(run_dir, hid, sid, True, timeout, argv, control=f"{name}={value}")
+        values = _control_values(spec)
+        entry: dict[str, Any] = {"control": f"{name}={values[0]}", "axis": spec["axis"]}
+        argv: list[str] | None = None
+        if found is not None and base is not None:
+            fallback: dict[str, Any] | None = None
+            for value in values:
+                ctl = overrides_for_control(name, value, table)
+                merged = {
+                    "env": {**(recipe.get("env") or {}), **ctl["env"]},
+                    "overrides": {**(recipe.get("overrides") or {}), **ctl["overrides"]},
+                    "args": list(recipe.get("args") or []),
+                }
+                ap = apply_recipe(found.argv, merged)
+                cand = {
+                    "control": f"{name}={value}",
+                    "argv": ap.argv,
+                    "changes": [c for c in ap.changes if c not in base.changes],
+                    "needs_code_change": {k: v for k, v in ap.unapplied.items() if k in ctl["overrides"]},
+                }
+                if ap.argv != base.argv:
+                    fallback = cand
+                    break
+                if fallback is None and cand["needs_code_change"]:
+                    fallback = cand
+            if fallback is None:  # no value changes this command line: say so rather than suggest a no-op
+                entry["changes"] = []
+                entry["needs_code_change"] = {}
+                entry["note"] = "no value of this control changes the command line; change it in the config"
+            else:
+                entry["control"] = fallback["control"]
+                entry["changes"] = fallback["changes"]
+                entry["needs_code_change"] = fallback["needs_code_change"]
+                argv = fallback["argv"]
+        entry["command"] = smoke_run_cmd(run_dir, hid, sid, True, timeout, argv, control=entry["control"])
         out.append(entry)
     return out
 
@@ -180,11 +209,15 @@ def plan(args: argparse.Namespace) -> int:
         targets = [_check_hypothesis(kb, args.hypothesis)]
     else:
         targets = [h.id for h in d.gate.hypotheses if h.status == "hypothesis" and h.failure][:MAX_PLANNED]
+        if not targets and d.gate.verdict != "cause":
+            targets = _alternatives_of_refuted(d)[:MAX_PLANNED]
     found = find_command(run_dir, args.cmd)
     timeout = float(args.timeout)
     out: dict[str, Any] = {
         "run_dir": args.run_dir,
         "verdict": d.gate.verdict,
+        "cause": d.gate.cause,
+        "refuted": [h.id for h in d.gate.hypotheses if h.status == "refuted"],
         "command_source": found.source if found else None,
         "command": redact(shlex.join(found.argv)) if found else None,
         "hypotheses": [],
@@ -195,6 +228,9 @@ def plan(args: argparse.Namespace) -> int:
         item: dict[str, Any] = {
             "id": hid,
             "status": h.status if h else "not raised",
+            "alternative_of": [
+                x.id for x in d.gate.hypotheses if x.status == "refuted" and hid in x.alternatives
+            ],
             "score": h.score if h else 0.0,
             "evidence": [f.source for f in (h.evidence if h else [])][:5],
             "smokes": [
@@ -216,6 +252,16 @@ def plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def _alternatives_of_refuted(d: Diagnosis) -> list[str]:
+    """When smokes refuted every live hypothesis, their declared alternatives are what to smoke next."""
+    decided = {h.id for h in d.gate.hypotheses if h.status != "hypothesis"}
+    out: list[str] = []
+    for h in d.gate.hypotheses:
+        if h.status == "refuted":
+            out += [a for a in h.alternatives if a not in decided and a not in out and d.kb.is_failure(a)]
+    return out
+
+
 def _plan_text(p: Mapping[str, Any]) -> str:
     lines = [f"smoke plan for {p['run_dir']} (verdict now: {p['verdict']})"]
     if p["command"]:
@@ -224,11 +270,20 @@ def _plan_text(p: Mapping[str, Any]) -> str:
         lines.append(
             '  run command: not found in the logs or bundles; pass it with --cmd "..." for concrete commands'
         )
-    if not p["hypotheses"]:
+    if p["refuted"]:
+        lines.append(f"  refuted by smokes: {', '.join(p['refuted'])}")
+    if not p["hypotheses"] and p["cause"]:
+        lines.append(
+            f"  nothing left to smoke: {p['cause']} is smoke-confirmed; to narrow its mechanism with controls, "
+            f"run smoke plan {shlex.quote(p['run_dir'])} --hypothesis {p['cause']}"
+        )
+    elif not p["hypotheses"]:
         lines.append("  nothing to smoke: no live failure hypothesis")
     for h in p["hypotheses"]:
         lines.append("")
         cited = f"; evidence {', '.join(h['evidence'])}" if h["evidence"] else ""
+        if h["alternative_of"] and h["status"] == "not raised":
+            cited = f"; an alternative of the refuted {', '.join(h['alternative_of'])}"
         lines.append(f"{h['id']} [{h['status']}] score {h['score']:.2f}{cited}")
         if not h["smokes"]:
             hint = f": {h['suggested']}" if h.get("suggested") else ""
@@ -260,8 +315,12 @@ def _plan_text(p: Mapping[str, Any]) -> str:
             for c in h["controls"]:
                 todo = ", ".join(f"{k}={v}" for k, v in (c.get("needs_code_change") or {}).items())
                 lines.append(f"    {c['control']} ({c['axis']}): {c['command']}")
+                if c.get("changes"):
+                    lines.append(f"      changes only: {'; '.join(c['changes'])}")
                 if todo:
                     lines.append(f"      also set by hand: {todo}")
+                if c.get("note"):
+                    lines.append(f"      note: {c['note']}")
     return "\n".join(lines) + "\n"
 
 
@@ -341,6 +400,9 @@ def run(args: argparse.Namespace) -> int:
 
         base = find_baseline(before, {**record, "seq": len(before) + 1})
         record["baseline_seq"] = base.get("seq") if base else None
+        # The same argv as the baseline: the variable was changed outside the command (a config file, the
+        # environment the tool runs in) or not at all; the pair is kept, and says so.
+        record["same_command_as_baseline"] = bool(base and base.get("command") == record["command"])
     rec = append_record(run_dir, record)
     derived = [] if control else _derived_records(run_dir, spec, sid, outcome, hid, rec)
     _report_run(rec, derived, spec)
@@ -401,6 +463,12 @@ def _report_run(
                 else "no baseline yet: run the smoke without --control"
             )
         )
+        if rec.get("same_command_as_baseline"):
+            print(
+                f"  warning: the command is the same as baseline #{base}'s: unless the change was made in a "
+                "config file, this control changed nothing",
+                file=sys.stderr,
+            )
     print(f"  recorded as #{rec['seq']} in {STATE_DIR}/smokes.jsonl; output kept in {rec['output_file']}")
 
 
@@ -413,7 +481,13 @@ def record(args: argparse.Namespace) -> int:
     hid = _check_hypothesis(kb, args.hypothesis)
     if args.smoke and args.smoke not in kb.smokes:
         raise UsageError(f"--smoke {args.smoke}: unknown smoke id")
-    control = parse_control(args.control)
+    if args.control:
+        # A control is compared with its baseline by how each run ended (passed, reproduced...), which only
+        # `smoke run` observes; an outcome typed by hand cannot be paired, and a control confirms nothing.
+        raise UsageError(
+            "smoke record: --control is for `smoke run ... --control NAME=VALUE -- COMMAND`, which classifies "
+            "the run and pairs it with its baseline"
+        )
     sid = args.smoke or (smokes_for(kb, hid) or [""])[0]
     rec = append_record(
         run_dir,
@@ -423,7 +497,7 @@ def record(args: argparse.Namespace) -> int:
             "smoke": sid,
             "outcome": args.outcome,
             "note": redact(args.note or ""),
-            "control": control,
+            "control": None,
             "time": time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()),
         },
     )

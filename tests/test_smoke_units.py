@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -128,7 +130,7 @@ def test_env_and_launcher_flags() -> None:
         "CUDA_VISIBLE_DEVICES=0",
         "torchrun",
         "--nnodes",
-        "2",
+        "1",  # one rank means one node: a two-node rendezvous would wait for the other node forever
         "--nproc-per-node=1",
         "train.py",
         "--batch_size",
@@ -143,6 +145,104 @@ def test_env_and_launcher_flags() -> None:
     assert ap.argv == ["accelerate", "launch", "--num_processes", "1", "train.py"]
     ap = apply_recipe(["python", "train.py"], {"args": ["--nproc-per-node", "1"]})
     assert ap.argv == ["python", "train.py"] and ap.notes
+
+
+def test_process_count_keeps_framework_devices_in_step() -> None:
+    one_gpu = {"env": {"CUDA_VISIBLE_DEVICES": "0"}, "args": ["--nproc-per-node", "1"]}
+    lightning = [
+        "torchrun",
+        "--nnodes=2",
+        "--nproc-per-node",
+        "8",
+        "main.py",
+        "fit",
+        "--trainer.devices",
+        "8",
+    ]
+    ap = apply_recipe([*lightning, "--trainer.num_nodes", "2"], one_gpu)
+    assert ap.argv == [
+        "env",
+        "CUDA_VISIBLE_DEVICES=0",
+        "torchrun",
+        "--nnodes=1",
+        "--nproc-per-node",
+        "1",
+        "main.py",
+        "fit",
+        "--trainer.devices",
+        "1",
+        "--trainer.num_nodes",
+        "1",
+    ]
+    # Lightning without a launcher starts its own processes: the devices flag is the process count.
+    ap = apply_recipe(["python", "main.py", "fit", "--trainer.devices", "4"], {"overrides": {"nproc": 2}})
+    assert ap.argv == ["python", "main.py", "fit", "--trainer.devices", "2"] and not ap.notes
+    # Hydra: only keys the command already sets are changed; nothing is added for the device count.
+    hydra = ["torchrun", "--nproc_per_node=8", "train.py", "trainer.devices=8", "data.batch_size=4"]
+    ap = apply_recipe(hydra, one_gpu)
+    assert ap.argv[-4:] == ["--nproc_per_node=1", "train.py", "trainer.devices=1", "data.batch_size=4"]
+    ap = apply_recipe(["torchrun", "--nproc_per_node=8", "train.py", "x=1"], one_gpu)
+    assert ap.argv[-2:] == ["train.py", "x=1"] and "--nnodes" not in ap.argv
+
+
+# The issue's five knobs (batch size, max steps, learning rate, precision, workers) on each framework's own
+# syntax: existing settings are replaced in place, missing ones added where the framework accepts them.
+FIVE = {"batch_size": 2, "max_steps": 3, "learning_rate": 0.0, "precision": "32", "num_workers": 0}
+FIVE_OFF = {**FIVE, "fp16": False, "bf16": False}
+FRAMEWORK_CASES = {
+    "hf": (
+        "python run_clm.py --output_dir o --per_device_train_batch_size 16 --bf16",
+        "python run_clm.py --output_dir o --per_device_train_batch_size 2 --max_steps 3 --learning_rate 0.0 "
+        "--dataloader_num_workers 0",
+    ),
+    "lightning": (
+        "python main.py fit --trainer.precision bf16-mixed --model.lr 0.1 --data.num_workers 8",
+        "python main.py fit --trainer.precision 32 --model.lr 0.0 --data.num_workers 0 --data.batch_size 2 "
+        "--trainer.max_steps 3",
+    ),
+    "hydra": (
+        "python train.py experiment=big trainer.precision=bf16-mixed optimizer.lr=3e-4 data.num_workers=8 "
+        "data.batch_size=64 trainer.max_steps=90000",
+        "python train.py experiment=big trainer.precision=32 optimizer.lr=0.0 data.num_workers=0 "
+        "data.batch_size=2 trainer.max_steps=3",
+    ),
+}
+
+
+@pytest.mark.parametrize("framework", sorted(FRAMEWORK_CASES))
+def test_five_overrides_per_framework(framework: str) -> None:
+    before, after = FRAMEWORK_CASES[framework]
+    ap = apply_recipe(before.split(), {"overrides": FIVE_OFF})
+    assert ap.framework == framework and ap.unapplied == {}
+    assert ap.argv == after.split()
+
+
+ENV_RECIPES = {
+    "CUDA_VISIBLE_DEVICES": "0",
+    "NCCL_IB_DISABLE": "1",
+    "CUDA_LAUNCH_BLOCKING": "1",
+    "TORCH_DISTRIBUTED_DEBUG": "DETAIL",
+    "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+}
+
+
+def test_env_var_recipes_are_in_the_packs_and_apply(kb: KnowledgeBase) -> None:
+    cmd = ["torchrun", "--nproc-per-node", "8", "train.py", "--output_dir", "o"]
+    for var, value in ENV_RECIPES.items():
+        sids = [
+            s for s, spec in kb.smokes.items() if (spec.get("recipe") or {}).get("env", {}).get(var) == value
+        ]
+        assert sids, f"no smoke recipe sets {var}={value}"
+        ap = apply_recipe(cmd, kb.smokes[sids[0]]["recipe"])
+        assert ap.argv[0] == "env" and f"{var}={value}" in ap.argv[: ap.argv.index("torchrun")]
+    one = [
+        s
+        for s, spec in kb.smokes.items()
+        if (spec.get("recipe") or {}).get("args") == ["--nproc-per-node", "1"]
+    ]
+    assert one, "no smoke runs on one process"
+    ap = apply_recipe(cmd, kb.smokes[one[0]]["recipe"])
+    assert ap.argv[ap.argv.index("torchrun") + 1 : ap.argv.index("train.py")] == ["--nproc-per-node", "1"]
 
 
 def test_split_command_finds_script() -> None:
@@ -184,6 +284,27 @@ def test_find_command_sources(tmp_path: Path) -> None:
     found = find_command(tmp_path)
     assert found is not None and found.argv == ["/usr/bin/python3", "-u", "main.py", "fit"]
     assert find_command(tmp_path, "python x.py --lr 1").argv == ["python", "x.py", "--lr", "1"]  # type: ignore[union-attr]
+    # What `collect` writes: the training process as a `process` fact whose text is its command line.
+    (tmp_path / "node.mldebug.json").write_text(
+        json.dumps(
+            {
+                "schema": "mldebug-rules/bundle/v1",
+                "facts": [
+                    {"kind": "gpu.util", "attrs": {"util_pct": 0.0}, "origin": "probe", "source": "nvml"},
+                    {
+                        "kind": "process",
+                        "attrs": {"pid": 24420, "name": "python3", "in_run_dir": True},
+                        "origin": "probe",
+                        "source": "probe:processes",
+                        "text": "python train.py --output_dir out --per_device_train_batch_size 8",
+                    },
+                ],
+            }
+        )
+    )
+    found = find_command(tmp_path)
+    assert found is not None and found.source == "node.mldebug.json"
+    assert found.argv == ["python", "train.py", "--output_dir", "out", "--per_device_train_batch_size", "8"]
     with pytest.raises(UsageError):
         find_command(tmp_path, "python 'unterminated")
 
@@ -218,6 +339,44 @@ def test_run_command_scans_whole_output_but_keeps_it_bounded(kb: KnowledgeBase) 
     assert ex.total_bytes > 1_000_000 and len(ex.output()) < 300_000
     assert b"bytes not kept" in ex.output()
     assert run_command(["/nonexistent/binary"], 5, signature_scanner(kb), echo=False).error
+
+
+def test_run_command_ends_with_the_command_not_with_its_leftovers(kb: KnowledgeBase, tmp_path: Path) -> None:
+    """The command exits while a background child keeps the pipe open and keeps printing: the smoke ends
+    with the command (not at the timeout) and the leftover child is killed with the group."""
+    pidfile = tmp_path / "child.pid"
+    code = (
+        "import subprocess, sys\n"
+        "p = subprocess.Popen([sys.executable, '-c', "
+        "'import time\\nwhile True: print(\"spam\", flush=True); time.sleep(0.01)'])\n"
+        f"open({str(pidfile)!r}, 'w').write(str(p.pid))\n"
+        "print('main done', flush=True)\n"
+    )
+    ex = run_command([sys.executable, "-c", code], 300, signature_scanner(kb), echo=False)
+    assert not ex.timed_out and ex.exit_code == 0
+    assert b"main done" in ex.output()
+    pid = int(pidfile.read_text())
+    for _ in range(100):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail("the command's leftover child outlived the smoke")
+
+
+def test_run_command_passes_argv_as_is_without_a_shell(kb: KnowledgeBase, tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    args = ["$HOME", "a; touch " + str(marker), "*", "`id`", "$(id)", "two words"]
+    ex = run_command(
+        [sys.executable, "-c", "import sys; print(sys.argv[1:])", *args],
+        60,
+        signature_scanner(kb),
+        echo=False,
+    )
+    assert ex.exit_code == 0 and ex.output().decode().strip() == repr(args)
+    assert not marker.exists()
 
 
 def test_map_outcome(kb: KnowledgeBase) -> None:

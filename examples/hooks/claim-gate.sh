@@ -17,7 +17,8 @@
 # Settings (environment):
 #   MLDEBUG_BIN           the CLI to call (default: mldebug-rules)
 #   MLDEBUG_RUN_DIR       run directory when the claim line does not name one
-#   MLDEBUG_GATE_STRICT=1 also block a "Root cause:" line that does not name a known hypothesis id
+#   MLDEBUG_GATE_STRICT=0 let through a "Root cause:" line that does not name a known hypothesis id
+#                         (by default it is blocked: a cause the gate cannot check is not a confirmed one)
 #   MLDEBUG_GATE_ONCE=1   block at most once in a row (honours Claude Code's stop_hook_active)
 set -u
 bin="${MLDEBUG_BIN:-mldebug-rules}"
@@ -88,11 +89,14 @@ case "$rc" in
     } >&2
     exit 2 ;;
   2)
-    if [ "${MLDEBUG_GATE_STRICT:-0}" = 1 ]; then
-      echo "Name the root cause by its hypothesis id (see \`$bin rules list\`) so it can be checked: $out" >&2
-      exit 2
-    fi
-    exit 0 ;;
+    [ "${MLDEBUG_GATE_STRICT:-1}" = 0 ] && exit 0
+    case "$out" in
+      *"unknown hypothesis id"*)
+        echo "You stated 'Root cause: $claim', which is not a hypothesis id the gate can check. Name it by its id from \`$bin diagnose\` (after \`$bin gate RUN_DIR --claim ID\` passes), or call it a hypothesis: $out" >&2 ;;
+      *)
+        echo "claim-gate: cannot check 'Root cause: $claim' against $run_dir: $out" >&2 ;;
+    esac
+    exit 2 ;;
   *)
     echo "claim-gate: $bin gate failed (exit $rc): $out" >&2
     exit 0 ;;
