@@ -29,8 +29,6 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-import yaml
-
 _PREFIX_ISO = re.compile(r"^(\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?)\s")
 _PREFIX_CTIME = re.compile(r"^\[(\w{3} \w{3} [ \d]\d \d{2}:\d{2}:\d{2} \d{4})\]")
 
@@ -73,8 +71,10 @@ _NVRM_EVENTS = (
 @lru_cache(maxsize=1)
 def xid_catalog() -> dict[int, dict[str, Any]]:
     """NVIDIA Xid codes, kept as data (``xid_catalog.yaml``), so rules match on the class, not the code."""
+    import yaml  # only when a log holds an Xid
+
     text = resources.files("mldebug_rules.collectors").joinpath("xid_catalog.yaml").read_text("utf-8")
-    data = yaml.safe_load(text) or {}
+    data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}
     return {int(e["code"]): e for e in data.get("xids", [])}
 
 

@@ -11,8 +11,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from .errors import UsageError
 
 FAILING = ("reproduced", "failed_differently")
@@ -20,8 +18,10 @@ FAILING = ("reproduced", "failed_differently")
 
 @cache
 def controls_table() -> dict[str, Any]:
+    import yaml  # only when a report has control runs
+
     text = resources.files("mldebug_rules.engine").joinpath("smoke_controls.yaml").read_text("utf-8")
-    return dict(yaml.safe_load(text))
+    return dict(yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)))
 
 
 def parse_control(values: Sequence[str]) -> dict[str, str] | None:
@@ -80,6 +80,8 @@ def effect_of(baseline: str, control: str) -> str:
 
 
 def pairs(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    if not any(isinstance(r.get("control"), Mapping) for r in records):
+        return []  # most reports: no control runs, so no table to parse
     table = controls_table()
     out = []
     for rec in records:
