@@ -82,7 +82,8 @@ class _Plan:
                 self.meta.append(("progress", prog))
             patterns.append(Pattern("__step_time__", _STEP_TIME, True, "last", 1))
             self.meta.append(("step_time", None))
-        self.scanner = Scanner(patterns, tail_lines=TAIL_LINES)
+        # Pack patterns were compiled and checked when the packs loaded (engine/packs.py).
+        self.scanner = Scanner(patterns, tail_lines=TAIL_LINES, trusted=True)
 
 
 def _file_facts(ctx: Context, src: LogSource, res: ScanResult, plan: _Plan) -> list[Fact]:

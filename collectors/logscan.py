@@ -474,6 +474,7 @@ class _FileScan:
             if unterminated and seg.endswith(b"\r"):  # a final line cut inside its CR LF
                 seg = seg[:-1]
         sc = self.sc
+        compiled = sc._compiled
         npat = len(sc.patterns)
         keys = sc._candidates(seg)
         base = self.lines
@@ -490,7 +491,7 @@ class _FileScan:
             start = seg.rfind(b"\n", 0, end) + 1
             if start != line_start:
                 line_start, line = start, seg[start:end]
-            m = sc._compiled[idx].confirm.search(line)
+            m = (compiled[idx] or sc._comp(idx)).confirm.search(line)
             if m is None:
                 continue
             if end != counted_to:  # count newlines lazily: one pass over the segment in total
@@ -504,7 +505,7 @@ class _FileScan:
 
     def _record(self, idx: int, line_no: int, line: bytes, m: re.Match[bytes]) -> None:
         self.counts[idx] += 1
-        comp = self.sc._compiled[idx]
+        comp = self.sc._comp(idx)
         if comp.keep_last:
             self.last[idx] = (line_no, line[:_TEXT_BYTES], m.groupdict())
         elif len(self.hits[idx]) < comp.max_hits:
@@ -678,17 +679,16 @@ _HS_DATABASES: dict[str, Any] = {}
 def _cpu_tag() -> str:
     """The CPU's feature flags: a serialized database is only valid on the platform it was built for, and a
     home directory (so the cache) is often shared by a cluster's different nodes."""
-    import platform
-
+    machine = os.uname().machine if hasattr(os, "uname") else sys.platform
     try:
         with open("/proc/cpuinfo", "rb") as f:
             head = f.read(16384)
         for line in head.splitlines():
             if line.startswith((b"flags", b"Features")):
-                return platform.machine() + ":" + line.split(b":", 1)[-1].strip().decode("ascii", "replace")
+                return machine + ":" + line.split(b":", 1)[-1].strip().decode("ascii", "replace")
     except OSError:
         pass
-    return platform.machine() + ":" + platform.processor()
+    return machine
 
 
 def _hs_database(exprs: list[bytes], ids: list[int], flags: list[int]) -> Any:
@@ -738,6 +738,7 @@ class Scanner:
         *,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         progress: bool = True,
+        trusted: bool = False,
     ) -> None:
         if engine not in ("auto", "python", "hyperscan"):
             raise ValueError(f"engine must be 'auto', 'python' or 'hyperscan', not {engine!r}")
@@ -750,21 +751,33 @@ class Scanner:
         self.chunk_size = chunk_size
         self.progress = progress
         self._requested_engine = engine
-        # Python `re` compiles are needed by both engines (confirmation and groups), so both validate.
-        self._compiled = [_compile_python(i, p) for i, p in enumerate(self.patterns)]
+        self.trusted = trusted
         self._db: Any = None
         self._py_idx: list[int] = list(range(len(self.patterns)))  # patterns found via the Python path
         self._tls = threading.local()
-        if _hs is not None and engine != "python":
+        # Python `re` compiles are needed by both engines (confirmation and groups), so both validate; with
+        # `trusted` patterns (the pack loader already compiled and checked them) the ones hyperscan looks for
+        # are compiled on their first candidate instead, which is most of a small scan's start-up.
+        use_hs = _hs is not None and engine != "python"
+        self._compiled: list[_Compiled | None] = [
+            None if trusted and use_hs else _compile_python(i, p) for i, p in enumerate(self.patterns)
+        ]
+        if use_hs:
             self._db, self._py_idx = self._compile_hyperscan()
             self.engine = f"hyperscan {_hyperscan_version()}"
         else:
             self.engine = "python-re"
         try:
             for i in self._py_idx:
-                _with_search(self._compiled[i], self.patterns[i])
+                _with_search(self._comp(i), self.patterns[i])
         except (re.error, OverflowError, RecursionError) as e:
             raise ValueError(f"pattern {self.patterns[i].id}: {e}") from None
+
+    def _comp(self, idx: int) -> _Compiled:
+        comp = self._compiled[idx]
+        if comp is None:  # trusted pattern, first candidate: compiling twice in two threads is harmless
+            comp = self._compiled[idx] = _compile_python(idx, self.patterns[idx])
+        return comp
 
     # Scanners travel to worker processes by their constructor arguments (hyperscan databases don't pickle).
     def __getstate__(self) -> dict[str, Any]:
@@ -774,6 +787,7 @@ class Scanner:
             "engine": self._requested_engine,
             "chunk_size": self.chunk_size,
             "progress": self.progress,
+            "trusted": self.trusted,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -783,6 +797,7 @@ class Scanner:
             state["engine"],
             chunk_size=state["chunk_size"],
             progress=state["progress"],
+            trusted=state.get("trusted", False),
         )
 
     # -- engines --------------------------------------------------------------------------------------
@@ -863,7 +878,7 @@ class Scanner:
         find = seg.find
         lowered: bytes | None = None
         for idx in indices:
-            comp = self._compiled[idx]
+            comp = self._comp(idx)
             lit = comp.literal
             if lit is not None:
                 hay = seg

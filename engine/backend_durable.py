@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import os
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -35,6 +36,17 @@ def available() -> tuple[bool, str]:
 
 
 def version() -> str:
+    # The dist-info folder beside the package names the version; importlib.metadata would cost more than the
+    # rest of a small diagnosis' engine pass, so it is only the fallback.
+    try:
+        import durable
+
+        for entry in os.scandir(os.path.dirname(os.path.dirname(durable.__file__))):
+            name = entry.name
+            if name.startswith("durable_rules-") and name.endswith(".dist-info"):
+                return name[len("durable_rules-") : -len(".dist-info")]
+    except Exception:
+        pass
     try:
         from importlib.metadata import version as v
 

@@ -419,6 +419,19 @@ def _claim(kb: KnowledgeBase, kind: str, ident: str, where: str) -> None:
     kb.where[k] = where
 
 
+def _check_regex(display: str, doc: Any, path: tuple[Any, ...], spec: Mapping[str, Any]) -> None:
+    """A pattern that does not compile, or matches the empty string (so every line), fails the pack here,
+    at its line, rather than the log probe later: the scanner then trusts the loaded patterns."""
+    flags = re.IGNORECASE if spec.get("ignore_case") else 0
+    try:
+        compiled = re.compile(spec["regex"].encode("utf-8"), flags)
+        problem = "matches the empty string, so every line" if compiled.search(b"") is not None else ""
+    except (re.error, UnicodeEncodeError, OverflowError, RecursionError) as e:
+        problem = f"does not compile: {e}"
+    if problem:
+        raise PackError(display, line_of(doc, (*path, "regex")), f"{spec['id']}: regex {problem}")
+
+
 def _merge(kb: KnowledgeBase, raw: _RawPack) -> None:
     pack = raw.info.name
     n_rules = n_sigs = 0
@@ -426,6 +439,7 @@ def _merge(kb: KnowledgeBase, raw: _RawPack) -> None:
         for i, sig in enumerate(valid.get("signatures", [])):
             where = f"{display}:{line_of(doc, ('signatures', i))}"
             _claim(kb, "signature", sig["id"], where)
+            _check_regex(display, doc, ("signatures", i), sig)
             n_sigs += 1
             for fname, ftype in sig["fields"].items():
                 try:
@@ -453,6 +467,7 @@ def _merge(kb: KnowledgeBase, raw: _RawPack) -> None:
         for i, prog in enumerate(valid.get("progress", [])):
             where = f"{display}:{line_of(doc, ('progress', i))}"
             _claim(kb, "progress", prog["id"], where)
+            _check_regex(display, doc, ("progress", i), prog)
             kb.progress.append(
                 ProgressPattern(
                     id=prog["id"],

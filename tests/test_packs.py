@@ -169,3 +169,23 @@ def test_override_disables_and_reweights(tmp_path: Path) -> None:
     assert rules["core.bare_sigkill"].disabled and rules["core.cuda_oom"].weight_override == 0.2
     msg = error_of(tmp_path, GOOD_RULE + "overrides:\n  - {rule: core.nope, disable: true, reason: x}\n")
     assert "does not exist" in msg
+
+
+@pytest.mark.parametrize(
+    ("regex", "problem"),
+    [
+        ("'CUDA (out of'", "does not compile: missing ), unterminated subpattern"),
+        ("'x*'", "matches the empty"),
+    ],
+)
+def test_bad_signature_regex_names_its_line(tmp_path: Path, regex: str, problem: str) -> None:
+    body = f"""signatures:
+  - id: sig1
+    title: t
+    role: root
+    hypotheses: [gpu_oom]
+    regex: {regex}
+    examples: {{match: ["CUDA out of memory"], no_match: ["fine"]}}
+"""
+    msg = error_of(tmp_path, body)
+    assert msg.startswith(str(tmp_path / "acme" / "rules.yaml") + ":6: sig1: regex " + problem), msg
