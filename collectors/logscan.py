@@ -41,7 +41,7 @@ import threading
 import time
 import zlib
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, BinaryIO
 
 try:  # the fast engine is optional: everything works without it, just slower
@@ -315,6 +315,49 @@ def _has_end_anchor(regex: str) -> bool:
     return False
 
 
+def _relax_end_anchors(regex: str) -> str | None:
+    """`regex` (already through _line_anchored) without its ``$`` anchors, or None when that is unsafe.
+
+    Dropping a zero-width assertion only widens what matches, so the result finds a superset of the lines
+    the pattern matches. None when a ``$`` is quantified, or the loosened pattern would match an empty line
+    (every line would then be a candidate) or no longer compiles."""
+    out: list[str] = []
+    i, n = 0, len(regex)
+    in_class = False
+    while i < n:
+        c = regex[i]
+        if c == "\\":
+            out.append(regex[i : i + 2])
+            i += 2
+            continue
+        if in_class:
+            in_class = c != "]"
+        elif c == "[":
+            in_class = True
+            j = i + 1
+            if regex[j : j + 1] == "^":
+                j += 1
+            if regex[j : j + 1] == "]":
+                j += 1
+            out.append(regex[i:j])
+            i = j
+            continue
+        elif c == "$":
+            if regex[i + 1 : i + 2] in ("?", "*", "+", "{"):
+                return None
+            i += 1
+            continue
+        out.append(c)
+        i += 1
+    loose = "".join(out)
+    try:
+        if re.compile(loose.encode("utf-8")).search(b"") is not None:
+            return None
+    except (re.error, OverflowError, RecursionError):
+        return None
+    return loose
+
+
 def _hyperscan_expression(p: Pattern) -> bytes:
     """``(?:P)[^\\n]*\\n``: the hyperscan form of a pattern without end anchors.
 
@@ -323,9 +366,9 @@ def _hyperscan_expression(p: Pattern) -> bytes:
     the expensive part, so this matters for chatty patterns such as progress lines.  The scanned buffer
     always ends with a newline (one is appended to an unterminated last line).
 
-    Patterns with ``$`` are not given to hyperscan at all: hyperscan 5.4 misses some matches of an end
-    anchor right before the buffer's final newline (e.g. ``(?:aa|b)$`` on ``"abababababa\\nabab\\n"``),
-    and rejects end anchors inside a wrapper like this one.
+    Patterns with ``$`` are given to hyperscan without it (_relax_end_anchors): hyperscan 5.4 misses some
+    matches of an end anchor right before the buffer's final newline (e.g. ``(?:aa|b)$`` on
+    ``"abababababa\\nabab\\n"``), and rejects end anchors inside a wrapper like this one.
     """
     flags, rest = _split_leading_flags(p.regex)
     # Python-only global flags: a (ASCII) and L (locale) are moot for bytes, u is invalid for bytes anyway;
@@ -807,9 +850,24 @@ class Scanner:
         assert _hs is not None
         hs_idx: list[int] = []
         py_idx: list[int] = []
+        exprs: dict[int, bytes] = {}
+        relaxed: set[int] = set()
         for i, p in enumerate(self.patterns):
-            (py_idx if _has_end_anchor(_line_anchored(p.regex)) else hs_idx).append(i)
-        exprs = {i: _hyperscan_expression(self.patterns[i]) for i in hs_idx}
+            anchored = _line_anchored(p.regex)
+            if not _has_end_anchor(anchored):
+                exprs[i] = _hyperscan_expression(p)
+                hs_idx.append(i)
+                continue
+            # End anchors are left out of hyperscan's form (see _hyperscan_expression): without them it
+            # finds a superset of the lines, and the Python confirmation, which every candidate gets,
+            # applies the anchor. Searching such patterns with Python over every segment cost ~100x.
+            loose = _relax_end_anchors(anchored)
+            if loose is None:
+                py_idx.append(i)
+                continue
+            exprs[i] = _hyperscan_expression(replace(p, regex=loose))
+            hs_idx.append(i)
+            relaxed.add(i)
         flags = {i: _hyperscan_flags(self.patterns[i]) for i in hs_idx}
 
         def build(idx: list[int]) -> Any:
@@ -830,7 +888,11 @@ class Scanner:
             except _hs.error as e:
                 if "can never match" in str(e):  # e.g. a\bb: no line can match it, so drop it
                     continue
+                if i in relaxed:  # hyperscan refuses the loosened form: the Python path still works
+                    py_idx.append(i)
+                    continue
                 raise ValueError(f"pattern {self.patterns[i].id}: hyperscan: {e}") from None
+        py_idx.sort()
         if not keep:
             return None, py_idx
         try:
