@@ -158,15 +158,17 @@ class Series:
     compactions: int = 0
 
     def add(self, step: float, value: float, line: int = 0) -> None:
-        step = float(step)
+        # Hot path (millions of calls on a long log): comparisons instead of min()/max()/isfinite() calls.
         self.total += 1
-        if math.isfinite(value):
-            self.min_value = min(self.min_value, value)
-            self.max_value = max(self.max_value, value)
+        if value - value == 0.0:  # finite: inf - inf and nan - nan are nan
+            if value < self.min_value:
+                self.min_value = value
+            if value > self.max_value:
+                self.max_value = value
         elif self.nan_onset is None:
-            self.nan_onset = (step, value, line)
+            self.nan_onset = (float(step), value, line)
             self.finite_before_nan = self.total - 1
-        self.steps.append(step)
+        self.steps.append(float(step))
         self.values.append(value)
         self.lines.append(line)
         if len(self.steps) > self.cap:
@@ -176,23 +178,18 @@ class Series:
         """Merge neighbour pairs in the older part; a pair with a non-finite value keeps that value (so the
         onset stays visible on a plot), otherwise the mean."""
         head = len(self.steps) - min(self.keep_last, self.cap // 2)
-        steps, values, lines = [], [], []
-        i = 0
-        while i + 1 < head:
-            a, b = self.values[i], self.values[i + 1]
-            if not math.isfinite(a):
-                v, ln = a, self.lines[i]
-            elif not math.isfinite(b):
-                v, ln = b, self.lines[i + 1]
-            else:
-                v, ln = (a + b) / 2.0, self.lines[i + 1]
-            steps.append(self.steps[i + 1])
-            values.append(v)
-            lines.append(ln)
-            i += 2
-        self.steps = steps + self.steps[i:]
-        self.values = values + self.values[i:]
-        self.lines = lines + self.lines[i:]
+        even = head - head % 2  # pairs (0,1), (2,3), ...; an odd last point of the head stays raw
+        va, vb = self.values[0:even:2], self.values[1:even:2]
+        la, lb = self.lines[0:even:2], self.lines[1:even:2]
+        values = [
+            a if a - a != 0.0 else b if b - b != 0.0 else (a + b) / 2.0 for a, b in zip(va, vb, strict=True)
+        ]
+        lines = [
+            la[k] if va[k] - va[k] != 0.0 else lb[k] for k in range(len(va))
+        ]  # the line of the kept non-finite value, else the later one
+        self.steps = self.steps[1:even:2] + self.steps[even:]
+        self.values = values + self.values[even:]
+        self.lines = lines + self.lines[even:]
         self.compactions += 1
 
     def finite(self) -> tuple[list[float], list[float]]:
@@ -224,7 +221,9 @@ class SeriesSet:
     issues: list[str] = field(default_factory=list)
 
     def add(self, name: str, step: float, value: float, line: int = 0) -> None:
-        key = canonical(name)
+        self.add_canonical(canonical(name), step, value, line)
+
+    def add_canonical(self, key: str, step: float, value: float, line: int = 0) -> None:
         if key == "step_time" and value > 1e8:
             return  # a wall-clock timestamp logged as "time", not a duration
         s = self.series.get(key)
