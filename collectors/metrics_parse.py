@@ -47,6 +47,7 @@ _COLON_PAIR = re.compile(
 )
 _RATE = re.compile(r",\s*(\d+(?:\.\d+)?)/s\b")
 _POSTFIX = re.compile(r"([A-Za-z][A-Za-z0-9_/.]{0,80})=(" + _NUMBER + r")(?=[,\]\s]|$)")
+_KV = re.compile(r"([A-Za-z][A-Za-z0-9_]{0,80})=(" + _NUMBER + r")(?:[KMGT]i?B|ms|s)?(?=[,\s]|$)")
 _LOOSE = re.compile(r"([A-Za-z][A-Za-z0-9_/.]{0,80})\s*(?:[:=]\s*|\s+)(" + _NUMBER + r")(?![\w.])")
 _BARE_NONFINITE = re.compile(rb'(?<![\w"])(-?)(nan|NaN|inf|Inf|infinity|Infinity)(?![\w"])')
 _SKIP_KEYS = frozenset(
@@ -109,6 +110,8 @@ def parse_record(mode: str, text: str) -> dict[str, float]:
     elif mode == "postfix":
         start = text.rfind("[")
         pairs = _POSTFIX.findall(text[start:] if start >= 0 else text)
+    elif mode == "kv":
+        pairs = _KV.findall(text)
     else:  # loose
         pairs = _LOOSE.findall(text)
     for name, raw in pairs:
@@ -208,6 +211,8 @@ class LineReader:
         try:
             for seg, phys, base in _segments(path):
                 matches, seg_lines = self._matches(seg)
+                # Points are gathered per series for the segment, then added in bulk (Series.extend).
+                pending: dict[str, tuple[list[float], list[float], list[int]]] = {}
                 for seg_line, idx, text, groups in matches:
                     p = self.parsers[idx]
                     line_no = base + (phys[seg_line - 1] if phys is not None else seg_line)
@@ -233,7 +238,14 @@ class LineReader:
                         if key is None:  # a log repeats the same few names: resolve each once
                             key = keys[name] = "" if canonical(name) in _SKIP_KEYS else canonical(name)
                         if key:
-                            out.add_canonical(key, x, value, line_no)
+                            buf = pending.get(key)
+                            if buf is None:
+                                buf = pending[key] = ([], [], [])
+                            buf[0].append(x)
+                            buf[1].append(value)
+                            buf[2].append(line_no)
+                for key, (xs, vs, lns) in pending.items():
+                    out.extend_canonical(key, xs, vs, lns)
                 total = base + (phys[-1] if phys else seg_lines)
         except (OSError, EOFError, gzip.BadGzipFile) as e:
             out.issues.append(f"{display}: read error: {e}")

@@ -54,7 +54,9 @@ _ALIASES: dict[str, tuple[str, ...]] = {
     "grad_norm": ("grad_norm", "gradient_norm", "grad_norm_total", "total_norm", "global_grad_norm"),
     "lr": ("lr", "learning_rate"),
     "loss_scale": ("loss_scale", "scale", "grad_scale", "amp_scale"),
-    "skipped_iters": ("number_of_skipped_iterations", "skipped_iterations", "skipped_steps", "skipped"),
+    "skipped_iters": ("number_of_skipped_iterations", "skipped_iterations", "skipped_steps"),
+    # DeepSpeed's engine prints the run's running total (step=N, skipped=K), not a per-interval count.
+    "skipped_total": ("skipped", "skipped_total"),
     "nan_iters": ("number_of_nan_iterations", "nan_iterations"),
     "step_time": (
         "time",
@@ -81,6 +83,7 @@ _ALIASES: dict[str, tuple[str, ...]] = {
         "gpu_memory",
         "mem_gb",
         "memory_allocated_mb",
+        "memallocated",
     ),
     "throughput": (
         "throughput",
@@ -94,6 +97,7 @@ _ALIASES: dict[str, tuple[str, ...]] = {
         "it_s",
         "train_samples_per_second",
         "rate",
+        "currsamplespersec",
     ),
 }
 _CANON = {alias: name for name, aliases in _ALIASES.items() for alias in aliases}
@@ -174,6 +178,30 @@ class Series:
         if len(self.steps) > self.cap:
             self._compact()
 
+    def extend(self, steps: list[float], values: list[float], lines: list[int]) -> None:
+        """``add`` for each point in turn, with the same result (compactions happen at the same points), but
+        with the per-point bookkeeping done by C builtins: a long log's metric lines arrive a segment at a
+        time."""
+        n = len(values)
+        finite = [v for v in values if v - v == 0.0]  # inf - inf and nan - nan are nan
+        if finite:
+            self.min_value = min(self.min_value, min(finite))
+            self.max_value = max(self.max_value, max(finite))
+        if self.nan_onset is None and len(finite) < n:
+            i = next(i for i, v in enumerate(values) if v - v != 0.0)
+            self.nan_onset = (float(steps[i]), values[i], lines[i])
+            self.finite_before_nan = self.total + i
+        self.total += n
+        i = 0
+        while i < n:
+            take = self.cap + 1 - len(self.steps)  # points until the next compaction is due
+            self.steps.extend(map(float, steps[i : i + take]))
+            self.values.extend(values[i : i + take])
+            self.lines.extend(lines[i : i + take])
+            i += take
+            if len(self.steps) > self.cap:
+                self._compact()
+
     def _compact(self) -> None:
         """Merge neighbour pairs in the older part; a pair with a non-finite value keeps that value (so the
         onset stays visible on a plot), otherwise the mean."""
@@ -232,6 +260,24 @@ class SeriesSet:
                 return
             s = self.series[key] = Series(key)
         s.add(step, value, line)
+
+    def extend_canonical(self, key: str, steps: list[float], values: list[float], lines: list[int]) -> None:
+        """``add_canonical`` for many points of one series, in order."""
+        if key == "step_time" and any(v > 1e8 for v in values):
+            keep = [i for i, v in enumerate(values) if not v > 1e8]
+            steps, values, lines = (
+                [steps[i] for i in keep],
+                [values[i] for i in keep],
+                [lines[i] for i in keep],
+            )
+        if not values:
+            return
+        s = self.series.get(key)
+        if s is None:
+            if len(self.series) >= MAX_SERIES_PER_SOURCE:
+                return
+            s = self.series[key] = Series(key)
+        s.extend(steps, values, lines)
 
     def get(self, name: str) -> Series | None:
         s = self.series.get(name)

@@ -9,12 +9,23 @@ from __future__ import annotations
 
 import math
 import re
+import tempfile
+from pathlib import Path
 
 from conftest import FIXTURES
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from mldebug_rules.collectors.metrics_parse import _NUMBER, LineReader, parse_record
-from mldebug_rules.collectors.metrics_series import Series
+from mldebug_rules.collectors import lineinfo
+from mldebug_rules.collectors.metrics_parse import (
+    _NUMBER,
+    _SKIP_KEYS,
+    _STOP_RANK,
+    LineReader,
+    _segments,
+    _x_of,
+    parse_record,
+)
+from mldebug_rules.collectors.metrics_series import Series, SeriesSet, canonical
 
 _READER = LineReader()
 
@@ -32,6 +43,64 @@ def reference_matches(seg: bytes) -> tuple[list[tuple[int, int, str, dict[str, s
         if not _READER.parsers[h.pattern].stop:
             seen_line = h.line_no
     return out, res.total_lines
+
+
+def reference_read(path: Path, tail_window: int = 40) -> SeriesSet:
+    """The earlier LineReader.read: Scanner hits per segment, one Series.add per value."""
+    out = SeriesSet("ref")
+    ordinal = total = 0
+    stop_hits: list[tuple[int, str]] = []
+    kinds: set[str] = set()
+    first_rank = None
+    for seg, phys, base in _segments(path):
+        res = _READER.scanner.scan_bytes(seg, "ref")
+        seen_line = -1
+        for h in res.hits:
+            if h.line_no == seen_line:
+                continue
+            p = _READER.parsers[h.pattern]
+            line_no = base + (phys[h.line_no - 1] if phys is not None else h.line_no)
+            if p.stop:
+                stop_hits.append((line_no, p.stop))
+                continue
+            seen_line = h.line_no
+            rank = (
+                lineinfo.rank_of_line(h.text) if ("ank" in h.text[:200] or "NCCL" in h.text[:200]) else None
+            )
+            if rank is not None:
+                first_rank = rank if first_rank is None else first_rank
+                if rank != first_rank:
+                    continue
+            rec = parse_record(p.parse, h.text)
+            if not rec or "train_runtime" in rec:
+                continue
+            ordinal += 1
+            x, kind = _x_of(h.groups, rec, ordinal)
+            kinds.add(kind)
+            out.parsers.add(p.id)
+            for name, value in rec.items():
+                if canonical(name) not in _SKIP_KEYS:
+                    out.add(name, x, value, line_no)
+        total = base + (phys[-1] if phys else res.total_lines)
+    out.step_kind = "entry" if kinds == {"entry"} else "step"
+    near_end = [(_STOP_RANK[r], ln, r) for ln, r in stop_hits if total - ln <= tail_window]
+    if near_end:
+        _, out.stop_line, out.stop = max(near_end)
+        out.stop_from_log = True
+    return out
+
+
+def _same_reading(a: SeriesSet, b: SeriesSet) -> None:
+    assert (a.stop, a.stop_line, a.stop_from_log, a.parsers, a.step_kind) == (
+        b.stop,
+        b.stop_line,
+        b.stop_from_log,
+        b.parsers,
+        b.step_kind,
+    )
+    assert list(a.series) == list(b.series)
+    for name in a.series:
+        _assert_same_series(a.series[name], b.series[name])
 
 
 _PIPE_CELL = re.compile(r"^\s*([A-Za-z][A-Za-z0-9 _()/.-]{0,80}?)\s*:\s*(" + _NUMBER + r")\s*$")
@@ -118,14 +187,23 @@ def test_matches_equal_a_full_scan(text: str) -> None:
     assert _READER._matches(seg) == reference_matches(seg)
 
 
-def test_matches_equal_a_full_scan_on_every_fixture_log() -> None:
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_LOG)
+def test_read_equals_the_reference_reader(text: str) -> None:
+    with tempfile.TemporaryDirectory() as d:
+        p = Path(d) / "train.log"
+        p.write_bytes(text.encode("utf-8", "replace"))
+        _same_reading(_READER.read(p, "ref"), reference_read(p))
+
+
+def test_every_fixture_log_reads_as_before() -> None:
     logs = [p for p in FIXTURES.rglob("*") if p.is_file() and p.suffix in (".log", ".txt", ".out")]
     assert len(logs) > 20
     for p in logs:
         seg = p.read_bytes()
-        if seg[:2] == b"\x1f\x8b":
-            continue
-        assert _READER._matches(seg) == reference_matches(seg), p
+        if seg[:2] != b"\x1f\x8b":
+            assert _READER._matches(seg) == reference_matches(seg), p
+        _same_reading(_READER.read(p, "ref"), reference_read(p))
 
 
 @settings(max_examples=300, deadline=None)
@@ -144,13 +222,29 @@ def test_pipe_cells_read_as_before(parts: list[str]) -> None:
     st.lists(st.floats(allow_nan=True, allow_infinity=True, width=32), min_size=0, max_size=300),
     st.integers(4, 40),
     st.integers(1, 30),
+    st.lists(st.integers(1, 50), min_size=1, max_size=20),
 )
-def test_series_bookkeeping_and_compaction_as_before(values: list[float], cap: int, keep_last: int) -> None:
+def test_series_bookkeeping_and_compaction_as_before(
+    values: list[float], cap: int, keep_last: int, chunks: list[int]
+) -> None:
     points = [(float(i), v, i + 1) for i, v in enumerate(values)]
     ref = reference_series(points, cap, keep_last)
-    s = Series("x", cap=cap, keep_last=keep_last)
+    one_by_one = Series("x", cap=cap, keep_last=keep_last)
     for step, value, line in points:
-        s.add(step, value, line)
+        one_by_one.add(step, value, line)
+    in_bulk = Series("x", cap=cap, keep_last=keep_last)  # as LineReader adds them: a segment at a time
+    i = 0
+    for size in chunks * (len(points) // sum(chunks) + 1):
+        part = points[i : i + size]
+        if not part:
+            break
+        in_bulk.extend([p[0] for p in part], [p[1] for p in part], [p[2] for p in part])
+        i += size
+    for s in (one_by_one, in_bulk):
+        _assert_same_series(s, ref)
+
+
+def _assert_same_series(s: Series, ref: Series) -> None:
     assert s.steps == ref.steps and s.lines == ref.lines and s.compactions == ref.compactions
     assert [repr(v) for v in s.values] == [repr(v) for v in ref.values]  # nan == nan, bit for bit
     assert (s.total, s.finite_before_nan, s.min_value, s.max_value) == (
