@@ -111,7 +111,9 @@ def detect(ss: SeriesSet, kb_params: Mapping[str, Any] | None = None) -> list[Tr
     val = ss.get("val_loss")
     if loss is not None and val is not None:
         out += _overfitting(loss, val, p)
-    out += _loss_scale(ss.get("loss_scale"), ss.get("skipped_iters"), p)
+    out += _loss_scale(
+        ss.get("loss_scale"), ss.get("skipped_iters") or _increments(ss.get("skipped_total")), p
+    )
     out += _nan_sudden(loss, out, p)
     mem = ss.get("mem")
     if mem is not None:
@@ -389,6 +391,20 @@ def _loss_scale(scale: Series | None, skipped: Series | None, p: Mapping[str, fl
                 )
             )
     return out
+
+
+def _increments(total: Series | None) -> Series | None:
+    """A running total (DeepSpeed's ``skipped=K``) as per-interval counts, so that it reads like Megatron's
+    "number of skipped iterations" column: the first value counts whole (it covers the start-up search)."""
+    if total is None:
+        return None
+    out = Series("skipped_iters", cap=total.cap, keep_last=total.keep_last)
+    prev = 0.0
+    for x, y, line in zip(total.steps, total.values, total.lines, strict=False):
+        if math.isfinite(y):
+            out.add(x, y - prev if y >= prev else y, line)  # a resumed run may restart its total
+            prev = y
+    return out if out.total else None
 
 
 def _growing(mem: Series, p: Mapping[str, float]) -> list[Trend]:

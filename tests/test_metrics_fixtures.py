@@ -20,6 +20,7 @@ def test_there_is_a_fixture_per_format() -> None:
         "lightning_csv",
         "lightning_bar",
         "megatron",
+        "deepspeed",
         "torchvision",
         "timm",
         "generic_step",

@@ -145,6 +145,16 @@ def test_loss_scale_collapse_and_skipped_steps() -> None:
     assert "skipped_steps" not in _trends(_ss(skipped_iters=[0, 3, 3, 3]))  # 9 < 10
 
 
+def test_skipped_running_total_counts_its_increments() -> None:
+    # DeepSpeed's skipped=K is cumulative: 3 at start-up, then +4 +4 +4 = 12 after the scaler settled.
+    many = _trends(_ss(skipped=[3, 3, 7, 11, 15]))
+    assert many["skipped_steps"].value == 12.0  # type: ignore[attr-defined]
+    assert many["skipped_steps"].points == 3 and many["skipped_steps"].window_start == 2  # type: ignore[attr-defined]
+    assert "skipped_steps" not in _trends(_ss(skipped=[3, 3, 5, 7, 9, 11]))  # 8 < 10, not 35
+    resumed = _trends(_ss(skipped=[3, 3, 9, 2, 8]))  # the total restarts at a resume: 6 + 2 + 6
+    assert resumed["skipped_steps"].value == 14.0  # type: ignore[attr-defined]
+
+
 def test_nan_sudden_vs_preceded() -> None:
     sudden = _trends(_ss(loss=[1.0, 0.99, 0.98, 0.97, math.nan]))
     assert "nan_sudden" in sudden
