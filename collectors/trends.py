@@ -127,7 +127,23 @@ def detect(ss: SeriesSet, kb_params: Mapping[str, Any] | None = None) -> list[Tr
         # Structured records only (trainer_state.json): stop lines in logs are the lifecycle pack's evidence,
         # and counting them twice would outweigh a crash that followed the stop line. Every trend still
         # carries the run's stop reason as `run_end`. The note is the stop reason itself: rules match it.
-        out.append(Trend("run", "stopped", step=-1, note=ss.stop, line=ss.stop_line))
+        # The window is the run the records cover: the longest series' first and last logged steps.
+        longest = max(ss.series.values(), key=lambda s: s.total, default=None)
+        ws = _i(longest.steps[0]) if longest is not None and longest.steps else -1
+        we = _i(longest.steps[-1]) if longest is not None and longest.steps else -1
+        n = longest.total if longest is not None else 0
+        out.append(
+            Trend(
+                "run",
+                "stopped",
+                step=we,
+                window_start=ws,
+                window_end=we,
+                points=n,
+                note=ss.stop,
+                line=ss.stop_line,
+            )
+        )
     return out
 
 

@@ -70,6 +70,21 @@ def test_trend_evidence_states_window_and_points(kb: KnowledgeBase) -> None:
     assert mem.attrs["points"] >= 20 and mem.source.startswith("metrics.jsonl:")
 
 
+@pytest.mark.parametrize("fixture", CURVES, ids=[p.name for p in CURVES])
+def test_every_trend_fact_states_its_window_and_points(fixture: Path, kb: KnowledgeBase) -> None:
+    from mldebug_rules.diagnose import Request, diagnose
+
+    d = diagnose(Request(run_dirs=[fixture], offline=True), kb=kb)
+    trends = [f for f in d.facts if f.kind == "metric.trend"]
+    assert trends
+    for f in trends:
+        a = f.attrs
+        # nan_onset counts the finite points before the onset (0: NaN from the first point), the rest > 0.
+        least = 0 if a["trend"] == "nan_onset" else 1
+        assert 0 <= a["window_start"] <= a["window_end"] and a["points"] >= least, (a["trend"], a)
+        assert f"steps {a['window_start']}..{a['window_end']}, {a['points']} point(s)" in f.text
+
+
 def test_param_override_reaches_the_detector() -> None:
     rep = diagnose_dir(FIXTURES / "curves_timm_data_wait", params={"data_wait_share": "0.95"})
     assert "input_pipeline_bottleneck" not in [h["id"] for h in rep["hypotheses"]]

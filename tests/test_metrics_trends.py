@@ -169,6 +169,8 @@ def test_nan_sudden_vs_preceded() -> None:
 def test_stop_reason_only_from_structured_records() -> None:
     ss = _ss(loss=[1.0, 0.9])
     ss.stop = "early_stopping"
-    assert _trends(ss)["stopped"].note == "early_stopping"  # type: ignore[attr-defined]
+    stopped = _trends(ss)["stopped"]
+    assert stopped.note == "early_stopping"  # type: ignore[attr-defined]
+    assert (stopped.window_start, stopped.window_end, stopped.points) == (0, 1, 2)  # type: ignore[attr-defined]
     ss.stop_from_log = True
     assert "stopped" not in _trends(ss)
