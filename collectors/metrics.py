@@ -20,7 +20,18 @@ from .rundir import RunFiles, find_run_files
 from .trends import STOP_PRIORITY, Trend, detect, merge
 
 PLOT_POINTS = 2000  # per series in the payload: enough for a picture, small enough to keep around
-PLOT_METRICS = ("loss", "val_loss", "grad_norm", "loss_scale", "mem", "throughput", "data_time", "step_time")
+PLOT_METRICS = (
+    "loss",
+    "val_loss",
+    "grad_norm",
+    "loss_scale",
+    "skipped_iters",
+    "skipped_total",
+    "mem",
+    "throughput",
+    "data_time",
+    "step_time",
+)
 MAX_SOURCES = 200
 
 
