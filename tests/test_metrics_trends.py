@@ -174,3 +174,17 @@ def test_stop_reason_only_from_structured_records() -> None:
     assert (stopped.window_start, stopped.window_end, stopped.points) == (0, 1, 2)  # type: ignore[attr-defined]
     ss.stop_from_log = True
     assert "stopped" not in _trends(ss)
+
+
+def test_detector_defaults_are_the_pack_defaults_and_documented(kb: object) -> None:
+    """trends.DEFAULTS (used only without the core pack), the packs' params and docs/curves.md agree."""
+    import re
+    from pathlib import Path
+
+    params = kb.params  # type: ignore[attr-defined]
+    for name, default in DEFAULTS.items():
+        assert params[name] == default, name
+    doc = (Path(__file__).parents[1] / "docs" / "curves.md").read_text()
+    rows = dict(re.findall(r"^\| `(\w+)`[^|]* \| ([0-9.]+) \|", doc, re.M))
+    for name in [*DEFAULTS, "gpu_util_low_pct"]:
+        assert float(rows[name]) == float(params[name]), name
