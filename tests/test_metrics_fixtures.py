@@ -88,3 +88,18 @@ def test_every_trend_fact_states_its_window_and_points(fixture: Path, kb: Knowle
 def test_param_override_reaches_the_detector() -> None:
     rep = diagnose_dir(FIXTURES / "curves_timm_data_wait", params={"data_wait_share": "0.95"})
     assert "input_pipeline_bottleneck" not in [h["id"] for h in rep["hypotheses"]]
+
+
+def test_data_wait_combines_with_a_saved_nvidia_smi(kb: KnowledgeBase, tmp_path: Path) -> None:
+    import shutil
+
+    with_smi = diagnose_dir(FIXTURES / "curves_timm_data_wait", kb=kb)
+    top = with_smi["hypotheses"][0]
+    assert top["id"] == "input_pipeline_bottleneck"
+    assert {e["fact"] for e in top["evidence"]} >= {"metric.trend", "gpu.state"}
+    bare = tmp_path / "run"
+    shutil.copytree(FIXTURES / "curves_timm_data_wait", bare)
+    (bare / "nvidia-smi.txt").unlink()
+    without = diagnose_dir(bare, kb=kb)["hypotheses"][0]
+    assert without["id"] == "input_pipeline_bottleneck" and without["score"] < top["score"]
+    assert {e["fact"] for e in without["evidence"]} == {"metric.trend"}
