@@ -455,7 +455,7 @@ def _hf_stop_reason(doc: Mapping[str, Any]) -> str:
 
 def read_wandb_summary(path: Path, display: str) -> SeriesSet:
     """``wandb-summary.json`` holds the last value of each metric: one point each, at ``_step``."""
-    out = SeriesSet(display)
+    out = SeriesSet(display, last_values_only=True)
     out.parsers.add("wandb_summary")
     doc = _read_json(path, display, out)
     if isinstance(doc, dict):

@@ -246,6 +246,9 @@ class SeriesSet:
     stop_from_log: bool = False  # a stop line in a log (the lifecycle pack's signatures already read those)
     parsers: set[str] = field(default_factory=set)
     step_kind: str = "step"  # "step" (the logger's own step) or "entry" (ordinal of log records)
+    last_values_only: bool = (
+        False  # a run summary (wandb-summary.json): one final value per metric, no history
+    )
     issues: list[str] = field(default_factory=list)
 
     def add(self, name: str, step: float, value: float, line: int = 0) -> None:

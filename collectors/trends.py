@@ -98,6 +98,8 @@ def chance_classes(value: float, tol: float) -> int | None:
 
 def detect(ss: SeriesSet, kb_params: Mapping[str, Any] | None = None) -> list[Trend]:
     p = params_from(kb_params)
+    if ss.last_values_only:
+        return _final_values(ss)
     out: list[Trend] = []
     loss = ss.get("loss")
     for name in ("loss", "val_loss", "grad_norm"):
@@ -144,6 +146,30 @@ def detect(ss: SeriesSet, kb_params: Mapping[str, Any] | None = None) -> list[Tr
                 line=ss.stop_line,
             )
         )
+    return out
+
+
+def _final_values(ss: SeriesSet) -> list[Trend]:
+    """A run summary holds each metric's last value only: a non-finite one says the run ended NaN, but not
+    when it started (a summary's single point must not read as "NaN from the first step")."""
+    out = []
+    for name in ("loss", "val_loss", "grad_norm"):
+        s = ss.get(name)
+        if s is not None and s.values and not math.isfinite(s.values[-1]):
+            x = _i(s.steps[-1])
+            out.append(
+                Trend(
+                    name,
+                    "nan_final",
+                    step=x,
+                    window_start=x,
+                    window_end=x,
+                    points=1,
+                    line=s.lines[-1],
+                    note=f"the run summary's last {name} is {s.values[-1]} (step {x}); the summary has no "
+                    "history, so when it became non-finite is unknown",
+                )
+            )
     return out
 
 

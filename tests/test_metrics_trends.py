@@ -155,6 +155,16 @@ def test_skipped_running_total_counts_its_increments() -> None:
     assert resumed["skipped_steps"].value == 14.0  # type: ignore[attr-defined]
 
 
+def test_a_summary_nan_is_a_final_value_not_an_onset() -> None:
+    ss = SeriesSet("wandb-summary.json", last_values_only=True)
+    ss.add("train/loss", 3000, math.nan)
+    ss.add("train/grad_norm", 3000, 1.5)
+    trends = detect(ss)
+    assert [(t.metric, t.trend, t.window_start, t.window_end, t.points) for t in trends] == [
+        ("loss", "nan_final", 3000, 3000, 1)
+    ]
+
+
 def test_nan_sudden_vs_preceded() -> None:
     sudden = _trends(_ss(loss=[1.0, 0.99, 0.98, 0.97, math.nan]))
     assert "nan_sudden" in sudden
