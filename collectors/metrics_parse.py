@@ -151,12 +151,12 @@ class LineReader:
     one of them (a Megatron line is also a generic step line) only for all but the first to be dropped.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, engine: str = "auto") -> None:
         metric, stops = line_parsers()
         self.parsers = metric + stops
         self.n_metric = len(metric)
         patterns = [Pattern(p.id, p.regex, False, "all", 1 << 30) for p in self.parsers]
-        self.scanner = Scanner(patterns, tail_lines=0, progress=False)
+        self.scanner = Scanner(patterns, tail_lines=0, engine=engine, progress=False)
         self._confirm = [c.confirm.search for c in self.scanner._compiled]
 
     def _matches(self, seg: bytes) -> tuple[list[tuple[int, int, str, dict[str, str]]], int]:

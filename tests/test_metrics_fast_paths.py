@@ -28,6 +28,7 @@ from mldebug_rules.collectors.metrics_parse import (
 from mldebug_rules.collectors.metrics_series import Series, SeriesSet, canonical
 
 _READER = LineReader()
+_PY_READER = LineReader(engine="python")  # the prefilter without hyperscan (bytes.find / re candidates)
 
 # --- references ------------------------------------------------------------------------------------------
 
@@ -194,6 +195,15 @@ def test_read_equals_the_reference_reader(text: str) -> None:
         p = Path(d) / "train.log"
         p.write_bytes(text.encode("utf-8", "replace"))
         _same_reading(_READER.read(p, "ref"), reference_read(p))
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_LOG)
+def test_matches_equal_a_full_scan_with_the_pure_python_prefilter(text: str) -> None:
+    seg = text.encode("utf-8", "replace")
+    if seg[:2] == b"\x1f\x8b" or seg[:4] == b"\x28\xb5\x2f\xfd":
+        return
+    assert _PY_READER._matches(seg) == reference_matches(seg)
 
 
 def test_every_fixture_log_reads_as_before() -> None:
