@@ -176,7 +176,7 @@ class LineReader:
         confirm = self._confirm
         out: list[tuple[int, int, str, dict[str, str]]] = []
         counted_to = newlines = 0
-        prev_end = -1
+        prev_end = prev_idx = -1
         done = False  # the current line already has its metric parser
         line = b""
         for key in self.scanner._candidates(seg):
