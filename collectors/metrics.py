@@ -20,7 +20,18 @@ from .rundir import RunFiles, find_run_files
 from .trends import STOP_PRIORITY, Trend, detect, merge
 
 PLOT_POINTS = 2000  # per series in the payload: enough for a picture, small enough to keep around
-PLOT_METRICS = ("loss", "val_loss", "grad_norm", "loss_scale", "mem", "throughput", "data_time", "step_time")
+PLOT_METRICS = (
+    "loss",
+    "val_loss",
+    "grad_norm",
+    "loss_scale",
+    "skipped_iters",
+    "skipped_total",
+    "mem",
+    "throughput",
+    "data_time",
+    "step_time",
+)
 MAX_SOURCES = 200
 
 
@@ -71,7 +82,10 @@ def _fact(ctx: Context, source: str, t: Trend, run_end: str) -> Fact | None:
         "run_end": run_end,
     }
     try:
-        return ctx.registry.make("metric.trend", attrs, file=source, line=t.line, text=f"{t.trend}: {t.note}")
+        # The cited text states the window and the datapoints too: a reader must see what the trend rests on.
+        span = f"steps {t.window_start}..{t.window_end}" if t.window_end >= 0 else "no step window"
+        text = f"{t.trend}: {t.note} [{span}, {t.points} point(s)]"
+        return ctx.registry.make("metric.trend", attrs, file=source, line=t.line, text=text)
     except FactError:
         return None
 

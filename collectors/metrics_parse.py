@@ -30,7 +30,7 @@ from typing import Any
 import yaml
 
 from . import lineinfo
-from .logscan import Pattern, Scanner
+from .logscan import _TEXT_BYTES, LINE_MATCH_CAP, TEXT_CHARS, Pattern, Scanner
 from .metrics_series import SeriesSet, canonical, to_float
 
 CHUNK = 1 << 20
@@ -39,12 +39,15 @@ MAX_STRUCTURED_BYTES = (
 )  # trainer_state.json and friends are read whole; beyond this they are skipped
 _NUMBER = r"[-+]?(?:nan|NaN|NAN|inf|Inf|INF|Infinity|infinity|(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)"
 _HF_PAIR = re.compile(r"'([^']{1,100})':\s*(" + _NUMBER + r")(?=[,}\s])")
-_PIPE_CELL = re.compile(r"^\s*([A-Za-z][A-Za-z0-9 _()/.-]{0,80}?)\s*:\s*(" + _NUMBER + r")\s*$")
+# One findall over the line instead of a split and a match per cell: a cell is what lies between two pipes
+# (or the last pipe and the line end), so the pair must start right after a pipe and end at the next one.
+_PIPE_PAIR = re.compile(r"\|\s*([A-Za-z][A-Za-z0-9 _()/.-]{0,80}?)\s*:\s*(" + _NUMBER + r")\s*(?=\||$)")
 _COLON_PAIR = re.compile(
     r"(?:^|\s)([A-Za-z][A-Za-z0-9_/]*(?: [a-z][a-z0-9_]*)?):\s+(" + _NUMBER + r")s?(?=[\s,(]|$)"
 )
 _RATE = re.compile(r",\s*(\d+(?:\.\d+)?)/s\b")
 _POSTFIX = re.compile(r"([A-Za-z][A-Za-z0-9_/.]{0,80})=(" + _NUMBER + r")(?=[,\]\s]|$)")
+_KV = re.compile(r"([A-Za-z][A-Za-z0-9_]{0,80})=(" + _NUMBER + r")(?:[KMGT]i?B|ms|s)?(?=[,\s]|$)")
 _LOOSE = re.compile(r"([A-Za-z][A-Za-z0-9_/.]{0,80})\s*(?:[:=]\s*|\s+)(" + _NUMBER + r")(?![\w.])")
 _BARE_NONFINITE = re.compile(rb'(?<![\w"])(-?)(nan|NaN|inf|Inf|infinity|Infinity)(?![\w"])')
 _SKIP_KEYS = frozenset(
@@ -96,11 +99,7 @@ def parse_record(mode: str, text: str) -> dict[str, float]:
     if mode == "hf_dict":
         pairs = _HF_PAIR.findall(text)
     elif mode == "pipes":
-        pairs = []
-        for cell in text.split("|")[1:]:
-            m = _PIPE_CELL.match(cell)
-            if m:
-                pairs.append((m.group(1), m.group(2)))
+        pairs = _PIPE_PAIR.findall(text)
     elif mode == "colon":
         head_end = text.find("]")
         body = text[head_end + 1 :] if head_end >= 0 else text
@@ -111,12 +110,19 @@ def parse_record(mode: str, text: str) -> dict[str, float]:
     elif mode == "postfix":
         start = text.rfind("[")
         pairs = _POSTFIX.findall(text[start:] if start >= 0 else text)
+    elif mode == "kv":
+        pairs = _KV.findall(text)
     else:  # loose
         pairs = _LOOSE.findall(text)
     for name, raw in pairs:
-        value = to_float(raw)
-        if value is not None and name not in out:
-            out[name] = value
+        if name in out:
+            continue
+        try:  # every _NUMBER spelling is one float() reads; to_float is the general fallback
+            out[name] = float(raw)
+        except ValueError:
+            value = to_float(raw)
+            if value is not None:
+                out[name] = value
     return out
 
 
@@ -135,18 +141,64 @@ def _x_of(groups: Mapping[str, str], rec: Mapping[str, float], ordinal: int) -> 
 
 
 class LineReader:
-    """One streaming pass over a log: metric lines and stop lines, by a single Scanner.
+    """One streaming pass over a log: metric lines and stop lines.
 
-    The file is fed to ``Scanner.scan_bytes`` in segments of whole lines so that only one segment's hits are
-    ever held in memory (``scan_path`` would keep every hit of a multi-million-line log). Progress bars that
-    rewrite themselves with bare CRs are split into their updates first, keeping physical line numbers.
+    The file is cut into segments of whole lines (so only one segment's matches are ever held in memory).
+    Progress bars that rewrite themselves with bare CRs are split into their updates first, keeping physical
+    line numbers. Candidate lines come from the Scanner's prefilter (hyperscan, or required literals), then
+    the parsers are confirmed in order and the first that matches a line reads it (``_matches``): a long
+    log is mostly metric lines, and a full Scan would confirm, record and decode every parser's hit on every
+    one of them (a Megatron line is also a generic step line) only for all but the first to be dropped.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, engine: str = "auto") -> None:
         metric, stops = line_parsers()
         self.parsers = metric + stops
+        self.n_metric = len(metric)
         patterns = [Pattern(p.id, p.regex, False, "all", 1 << 30) for p in self.parsers]
-        self.scanner = Scanner(patterns, tail_lines=0, progress=False)
+        self.scanner = Scanner(patterns, tail_lines=0, engine=engine, progress=False)
+        self._confirm = [c.confirm.search for c in self.scanner._compiled]
+
+    def _matches(self, seg: bytes) -> tuple[list[tuple[int, int, str, dict[str, str]]], int]:
+        """([(line number in seg, parser index, text, groups)], lines in seg) for one segment of whole lines.
+
+        Per line: the first metric parser that confirms, else every stop parser that does. Line semantics
+        are the Scanner's: CR LF is one terminator, a line is matched on its first LINE_MATCH_CAP bytes,
+        texts and groups are decoded and capped as in Hit.
+        """
+        unterminated = bool(seg) and not seg.endswith(b"\n")  # only a file's last line may lack one
+        if b"\r" in seg:
+            seg = seg.replace(b"\r\n", b"\n")
+            if unterminated and seg.endswith(b"\r"):  # a final line cut inside its CR LF
+                seg = seg[:-1]
+        npat = len(self.parsers)
+        n_metric = self.n_metric
+        confirm = self._confirm
+        out: list[tuple[int, int, str, dict[str, str]]] = []
+        counted_to = newlines = 0
+        prev_end = prev_idx = -1
+        done = False  # the current line already has its metric parser
+        line = b""
+        for key in self.scanner._candidates(seg):
+            end, idx = divmod(key, npat)
+            if end != prev_end:
+                prev_end, done = end, False
+                start = seg.rfind(b"\n", 0, end) + 1
+                line = seg[start : min(end, start + LINE_MATCH_CAP)]
+                prev_idx = -1
+            if done or idx == prev_idx:
+                continue  # first parser wins on a line; duplicate candidates are possible
+            prev_idx = idx
+            m = confirm[idx](line)
+            if m is None:
+                continue
+            newlines += seg.count(b"\n", counted_to, end)
+            counted_to = end
+            groups = {k: _text(v) for k, v in m.groupdict().items() if v is not None}
+            out.append((newlines + 1, idx, _text(line), groups))
+            done = idx < n_metric
+        total = seg.count(b"\n") + (1 if unterminated else 0)
+        return out, total
 
     def read(self, path: Path, display: str, tail_window: int = 40) -> SeriesSet:
         out = SeriesSet(display)
@@ -155,37 +207,46 @@ class LineReader:
         stop_hits: list[tuple[int, str]] = []
         kinds: set[str] = set()
         first_rank: int | None = None
+        keys: dict[str, str] = {}  # metric name as logged -> canonical name ("" = not a metric)
         try:
             for seg, phys, base in _segments(path):
-                res = self.scanner.scan_bytes(seg, display)
-                seen_line = -1
-                for h in res.hits:
-                    if h.line_no == seen_line:
-                        continue  # first parser wins on a line
-                    p = self.parsers[h.pattern]
-                    line_no = base + (phys[h.line_no - 1] if phys is not None else h.line_no)
+                matches, seg_lines = self._matches(seg)
+                # Points are gathered per series for the segment, then added in bulk (Series.extend).
+                pending: dict[str, tuple[list[float], list[float], list[int]]] = {}
+                for seg_line, idx, text, groups in matches:
+                    p = self.parsers[idx]
+                    line_no = base + (phys[seg_line - 1] if phys is not None else seg_line)
                     if p.stop:
                         stop_hits.append((line_no, p.stop))
                         continue
-                    seen_line = h.line_no
-                    head = h.text[:200]
-                    rank = lineinfo.rank_of_line(h.text) if ("ank" in head or "NCCL" in head) else None
+                    head = text[:200]
+                    rank = lineinfo.rank_of_line(text) if ("ank" in head or "NCCL" in head) else None
                     if rank is not None:
                         # Interleaved ranks would zig-zag one series: follow the first rank the file shows.
                         first_rank = rank if first_rank is None else first_rank
                         if rank != first_rank:
                             continue
-                    rec = parse_record(p.parse, h.text)
+                    rec = parse_record(p.parse, text)
                     if not rec or "train_runtime" in rec:
                         continue  # HF's end-of-training summary averages the whole run: not a datapoint
                     ordinal += 1
-                    x, kind = _x_of(h.groups, rec, ordinal)
+                    x, kind = _x_of(groups, rec, ordinal)
                     kinds.add(kind)
                     out.parsers.add(p.id)
                     for name, value in rec.items():
-                        if canonical(name) not in _SKIP_KEYS:
-                            out.add(name, x, value, line_no)
-                total = base + (phys[-1] + 1 if phys is not None and phys else res.total_lines)
+                        key = keys.get(name)
+                        if key is None:  # a log repeats the same few names: resolve each once
+                            key = keys[name] = "" if canonical(name) in _SKIP_KEYS else canonical(name)
+                        if key:
+                            buf = pending.get(key)
+                            if buf is None:
+                                buf = pending[key] = ([], [], [])
+                            buf[0].append(x)
+                            buf[1].append(value)
+                            buf[2].append(line_no)
+                for key, (xs, vs, lns) in pending.items():
+                    out.extend_canonical(key, xs, vs, lns)
+                total = base + (phys[-1] if phys else seg_lines)
         except (OSError, EOFError, gzip.BadGzipFile) as e:
             out.issues.append(f"{display}: read error: {e}")
         except (ValueError, MemoryError) as e:  # defensive: a parser bug must not sink the probe
@@ -196,6 +257,11 @@ class LineReader:
             _, out.stop_line, out.stop = max(near_end)
             out.stop_from_log = True
         return out
+
+
+def _text(b: bytes) -> str:
+    """Decoded and capped like a Scanner Hit's text."""
+    return b[:_TEXT_BYTES].decode("utf-8", "replace")[:TEXT_CHARS]
 
 
 def _segments(path: Path) -> Iterator[tuple[bytes, list[int] | None, int]]:
@@ -389,7 +455,7 @@ def _hf_stop_reason(doc: Mapping[str, Any]) -> str:
 
 def read_wandb_summary(path: Path, display: str) -> SeriesSet:
     """``wandb-summary.json`` holds the last value of each metric: one point each, at ``_step``."""
-    out = SeriesSet(display)
+    out = SeriesSet(display, last_values_only=True)
     out.parsers.add("wandb_summary")
     doc = _read_json(path, display, out)
     if isinstance(doc, dict):

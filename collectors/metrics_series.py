@@ -54,7 +54,9 @@ _ALIASES: dict[str, tuple[str, ...]] = {
     "grad_norm": ("grad_norm", "gradient_norm", "grad_norm_total", "total_norm", "global_grad_norm"),
     "lr": ("lr", "learning_rate"),
     "loss_scale": ("loss_scale", "scale", "grad_scale", "amp_scale"),
-    "skipped_iters": ("number_of_skipped_iterations", "skipped_iterations", "skipped_steps", "skipped"),
+    "skipped_iters": ("number_of_skipped_iterations", "skipped_iterations", "skipped_steps"),
+    # DeepSpeed's engine prints the run's running total (step=N, skipped=K), not a per-interval count.
+    "skipped_total": ("skipped", "skipped_total"),
     "nan_iters": ("number_of_nan_iterations", "nan_iterations"),
     "step_time": (
         "time",
@@ -81,6 +83,7 @@ _ALIASES: dict[str, tuple[str, ...]] = {
         "gpu_memory",
         "mem_gb",
         "memory_allocated_mb",
+        "memallocated",
     ),
     "throughput": (
         "throughput",
@@ -94,6 +97,7 @@ _ALIASES: dict[str, tuple[str, ...]] = {
         "it_s",
         "train_samples_per_second",
         "rate",
+        "currsamplespersec",
     ),
 }
 _CANON = {alias: name for name, aliases in _ALIASES.items() for alias in aliases}
@@ -158,41 +162,62 @@ class Series:
     compactions: int = 0
 
     def add(self, step: float, value: float, line: int = 0) -> None:
-        step = float(step)
+        # Hot path (millions of calls on a long log): comparisons instead of min()/max()/isfinite() calls.
         self.total += 1
-        if math.isfinite(value):
-            self.min_value = min(self.min_value, value)
-            self.max_value = max(self.max_value, value)
+        if value - value == 0.0:  # finite: inf - inf and nan - nan are nan
+            if value < self.min_value:
+                self.min_value = value
+            if value > self.max_value:
+                self.max_value = value
         elif self.nan_onset is None:
-            self.nan_onset = (step, value, line)
+            self.nan_onset = (float(step), value, line)
             self.finite_before_nan = self.total - 1
-        self.steps.append(step)
+        self.steps.append(float(step))
         self.values.append(value)
         self.lines.append(line)
         if len(self.steps) > self.cap:
             self._compact()
 
+    def extend(self, steps: list[float], values: list[float], lines: list[int]) -> None:
+        """``add`` for each point in turn, with the same result (compactions happen at the same points), but
+        with the per-point bookkeeping done by C builtins: a long log's metric lines arrive a segment at a
+        time."""
+        n = len(values)
+        finite = [v for v in values if v - v == 0.0]  # inf - inf and nan - nan are nan
+        if finite:
+            self.min_value = min(self.min_value, min(finite))
+            self.max_value = max(self.max_value, max(finite))
+        if self.nan_onset is None and len(finite) < n:
+            i = next(i for i, v in enumerate(values) if v - v != 0.0)
+            self.nan_onset = (float(steps[i]), values[i], lines[i])
+            self.finite_before_nan = self.total + i
+        self.total += n
+        i = 0
+        while i < n:
+            take = self.cap + 1 - len(self.steps)  # points until the next compaction is due
+            self.steps.extend(map(float, steps[i : i + take]))
+            self.values.extend(values[i : i + take])
+            self.lines.extend(lines[i : i + take])
+            i += take
+            if len(self.steps) > self.cap:
+                self._compact()
+
     def _compact(self) -> None:
         """Merge neighbour pairs in the older part; a pair with a non-finite value keeps that value (so the
         onset stays visible on a plot), otherwise the mean."""
         head = len(self.steps) - min(self.keep_last, self.cap // 2)
-        steps, values, lines = [], [], []
-        i = 0
-        while i + 1 < head:
-            a, b = self.values[i], self.values[i + 1]
-            if not math.isfinite(a):
-                v, ln = a, self.lines[i]
-            elif not math.isfinite(b):
-                v, ln = b, self.lines[i + 1]
-            else:
-                v, ln = (a + b) / 2.0, self.lines[i + 1]
-            steps.append(self.steps[i + 1])
-            values.append(v)
-            lines.append(ln)
-            i += 2
-        self.steps = steps + self.steps[i:]
-        self.values = values + self.values[i:]
-        self.lines = lines + self.lines[i:]
+        even = head - head % 2  # pairs (0,1), (2,3), ...; an odd last point of the head stays raw
+        va, vb = self.values[0:even:2], self.values[1:even:2]
+        la, lb = self.lines[0:even:2], self.lines[1:even:2]
+        values = [
+            a if a - a != 0.0 else b if b - b != 0.0 else (a + b) / 2.0 for a, b in zip(va, vb, strict=True)
+        ]
+        lines = [
+            la[k] if va[k] - va[k] != 0.0 else lb[k] for k in range(len(va))
+        ]  # the line of the kept non-finite value, else the later one
+        self.steps = self.steps[1:even:2] + self.steps[even:]
+        self.values = values + self.values[even:]
+        self.lines = lines + self.lines[even:]
         self.compactions += 1
 
     def finite(self) -> tuple[list[float], list[float]]:
@@ -221,10 +246,15 @@ class SeriesSet:
     stop_from_log: bool = False  # a stop line in a log (the lifecycle pack's signatures already read those)
     parsers: set[str] = field(default_factory=set)
     step_kind: str = "step"  # "step" (the logger's own step) or "entry" (ordinal of log records)
+    last_values_only: bool = (
+        False  # a run summary (wandb-summary.json): one final value per metric, no history
+    )
     issues: list[str] = field(default_factory=list)
 
     def add(self, name: str, step: float, value: float, line: int = 0) -> None:
-        key = canonical(name)
+        self.add_canonical(canonical(name), step, value, line)
+
+    def add_canonical(self, key: str, step: float, value: float, line: int = 0) -> None:
         if key == "step_time" and value > 1e8:
             return  # a wall-clock timestamp logged as "time", not a duration
         s = self.series.get(key)
@@ -233,6 +263,24 @@ class SeriesSet:
                 return
             s = self.series[key] = Series(key)
         s.add(step, value, line)
+
+    def extend_canonical(self, key: str, steps: list[float], values: list[float], lines: list[int]) -> None:
+        """``add_canonical`` for many points of one series, in order."""
+        if key == "step_time" and any(v > 1e8 for v in values):
+            keep = [i for i, v in enumerate(values) if not v > 1e8]
+            steps, values, lines = (
+                [steps[i] for i in keep],
+                [values[i] for i in keep],
+                [lines[i] for i in keep],
+            )
+        if not values:
+            return
+        s = self.series.get(key)
+        if s is None:
+            if len(self.series) >= MAX_SERIES_PER_SOURCE:
+                return
+            s = self.series[key] = Series(key)
+        s.extend(steps, values, lines)
 
     def get(self, name: str) -> Series | None:
         s = self.series.get(name)

@@ -98,6 +98,8 @@ def chance_classes(value: float, tol: float) -> int | None:
 
 def detect(ss: SeriesSet, kb_params: Mapping[str, Any] | None = None) -> list[Trend]:
     p = params_from(kb_params)
+    if ss.last_values_only:
+        return _final_values(ss)
     out: list[Trend] = []
     loss = ss.get("loss")
     for name in ("loss", "val_loss", "grad_norm"):
@@ -111,7 +113,9 @@ def detect(ss: SeriesSet, kb_params: Mapping[str, Any] | None = None) -> list[Tr
     val = ss.get("val_loss")
     if loss is not None and val is not None:
         out += _overfitting(loss, val, p)
-    out += _loss_scale(ss.get("loss_scale"), ss.get("skipped_iters"), p)
+    out += _loss_scale(
+        ss.get("loss_scale"), ss.get("skipped_iters") or _increments(ss.get("skipped_total")), p
+    )
     out += _nan_sudden(loss, out, p)
     mem = ss.get("mem")
     if mem is not None:
@@ -125,7 +129,47 @@ def detect(ss: SeriesSet, kb_params: Mapping[str, Any] | None = None) -> list[Tr
         # Structured records only (trainer_state.json): stop lines in logs are the lifecycle pack's evidence,
         # and counting them twice would outweigh a crash that followed the stop line. Every trend still
         # carries the run's stop reason as `run_end`. The note is the stop reason itself: rules match it.
-        out.append(Trend("run", "stopped", step=-1, note=ss.stop, line=ss.stop_line))
+        # The window is the run the records cover: the longest series' first and last logged steps.
+        longest = max(ss.series.values(), key=lambda s: s.total, default=None)
+        ws = _i(longest.steps[0]) if longest is not None and longest.steps else -1
+        we = _i(longest.steps[-1]) if longest is not None and longest.steps else -1
+        n = longest.total if longest is not None else 0
+        out.append(
+            Trend(
+                "run",
+                "stopped",
+                step=we,
+                window_start=ws,
+                window_end=we,
+                points=n,
+                note=ss.stop,
+                line=ss.stop_line,
+            )
+        )
+    return out
+
+
+def _final_values(ss: SeriesSet) -> list[Trend]:
+    """A run summary holds each metric's last value only: a non-finite one says the run ended NaN, but not
+    when it started (a summary's single point must not read as "NaN from the first step")."""
+    out = []
+    for name in ("loss", "val_loss", "grad_norm"):
+        s = ss.get(name)
+        if s is not None and s.values and not math.isfinite(s.values[-1]):
+            x = _i(s.steps[-1])
+            out.append(
+                Trend(
+                    name,
+                    "nan_final",
+                    step=x,
+                    window_start=x,
+                    window_end=x,
+                    points=1,
+                    line=s.lines[-1],
+                    note=f"the run summary's last {name} is {s.values[-1]} (step {x}); the summary has no "
+                    "history, so when it became non-finite is unknown",
+                )
+            )
     return out
 
 
@@ -389,6 +433,20 @@ def _loss_scale(scale: Series | None, skipped: Series | None, p: Mapping[str, fl
                 )
             )
     return out
+
+
+def _increments(total: Series | None) -> Series | None:
+    """A running total (DeepSpeed's ``skipped=K``) as per-interval counts, so that it reads like Megatron's
+    "number of skipped iterations" column: the first value counts whole (it covers the start-up search)."""
+    if total is None:
+        return None
+    out = Series("skipped_iters", cap=total.cap, keep_last=total.keep_last)
+    prev = 0.0
+    for x, y, line in zip(total.steps, total.values, total.lines, strict=False):
+        if math.isfinite(y):
+            out.add(x, y - prev if y >= prev else y, line)  # a resumed run may restart its total
+            prev = y
+    return out if out.total else None
 
 
 def _growing(mem: Series, p: Mapping[str, float]) -> list[Trend]:

@@ -13,6 +13,7 @@ from typing import Any
 from .diagnose import Diagnosis
 
 MAX_PANELS = 4
+_SKIPPED_PANELS = ("loss_scale", "skipped_iters", "skipped_total")
 _ORDER = ("loss", "val_loss", "grad_norm", "loss_scale", "mem", "data_time", "throughput", "step_time")
 
 
@@ -51,9 +52,14 @@ def choose_panels(series: Mapping[str, Any], trends: Sequence[Mapping[str, Any]]
         "data_time": ("step_time",),
         "loss_scale": ("loss",),
         "mem": ("loss",),
+        "skipped_iters": ("loss",),
+        "skipped_total": ("loss",),
     }
     for t in trends:
-        metric = {"skipped_iters": "loss_scale"}.get(t["metric"], t["metric"])
+        metric = t["metric"]
+        if metric == "skipped_iters":  # skipped steps show on the loss scale, else on their own counter
+            have = series.get(t["file"], {}).get("series", {})
+            metric = next((m for m in _SKIPPED_PANELS if m in have), "loss_scale")
         add(t["file"], metric)
         for c in companions.get(metric, ()):
             add(t["file"], c)
@@ -85,19 +91,20 @@ def plot_diagnosis(d: Diagnosis, out: Path) -> Path:
     )
     for ax, (source, metric) in zip(axes[:, 0], panels, strict=True):
         pts = series[source]["series"][metric]
+        x_name = "step" if series[source]["step_kind"] == "step" else "log entry"
         xs = [p[0] for p in pts if p[1] is not None]
         ys = [p[1] for p in pts if p[1] is not None]
         ax.plot(xs, ys, lw=1.0, color="tab:blue")
         bad = [p[0] for p in pts if p[1] is None]
         if bad:
-            ax.axvline(bad[0], color="red", lw=1.2, ls="--", label=f"first NaN/Inf (step {bad[0]:g})")
+            ax.axvline(bad[0], color="red", lw=1.2, ls="--", label=f"first NaN/Inf ({x_name} {bad[0]:g})")
         positive = ys and min(ys) > 0 and max(ys) / max(min(ys), 1e-300) > 1e3
         if positive:
             ax.set_yscale("log")  # divergence spans orders of magnitude
         for t in trends:
             if t["file"] != source or t["metric"] not in (
                 metric,
-                "skipped_iters" if metric == "loss_scale" else "",
+                "skipped_iters" if metric in _SKIPPED_PANELS else "",
             ):
                 continue
             if t["window_start"] >= 0 and t["window_end"] > t["window_start"]:

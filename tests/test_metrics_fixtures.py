@@ -20,6 +20,7 @@ def test_there_is_a_fixture_per_format() -> None:
         "lightning_csv",
         "lightning_bar",
         "megatron",
+        "deepspeed",
         "torchvision",
         "timm",
         "generic_step",
@@ -69,6 +70,36 @@ def test_trend_evidence_states_window_and_points(kb: KnowledgeBase) -> None:
     assert mem.attrs["points"] >= 20 and mem.source.startswith("metrics.jsonl:")
 
 
+@pytest.mark.parametrize("fixture", CURVES, ids=[p.name for p in CURVES])
+def test_every_trend_fact_states_its_window_and_points(fixture: Path, kb: KnowledgeBase) -> None:
+    from mldebug_rules.diagnose import Request, diagnose
+
+    d = diagnose(Request(run_dirs=[fixture], offline=True), kb=kb)
+    trends = [f for f in d.facts if f.kind == "metric.trend"]
+    assert trends
+    for f in trends:
+        a = f.attrs
+        # nan_onset counts the finite points before the onset (0: NaN from the first point), the rest > 0.
+        least = 0 if a["trend"] == "nan_onset" else 1
+        assert 0 <= a["window_start"] <= a["window_end"] and a["points"] >= least, (a["trend"], a)
+        assert f"steps {a['window_start']}..{a['window_end']}, {a['points']} point(s)" in f.text
+
+
 def test_param_override_reaches_the_detector() -> None:
     rep = diagnose_dir(FIXTURES / "curves_timm_data_wait", params={"data_wait_share": "0.95"})
     assert "input_pipeline_bottleneck" not in [h["id"] for h in rep["hypotheses"]]
+
+
+def test_data_wait_combines_with_a_saved_nvidia_smi(kb: KnowledgeBase, tmp_path: Path) -> None:
+    import shutil
+
+    with_smi = diagnose_dir(FIXTURES / "curves_timm_data_wait", kb=kb)
+    top = with_smi["hypotheses"][0]
+    assert top["id"] == "input_pipeline_bottleneck"
+    assert {e["fact"] for e in top["evidence"]} >= {"metric.trend", "gpu.state"}
+    bare = tmp_path / "run"
+    shutil.copytree(FIXTURES / "curves_timm_data_wait", bare)
+    (bare / "nvidia-smi.txt").unlink()
+    without = diagnose_dir(bare, kb=kb)["hypotheses"][0]
+    assert without["id"] == "input_pipeline_bottleneck" and without["score"] < top["score"]
+    assert {e["fact"] for e in without["evidence"]} == {"metric.trend"}

@@ -119,6 +119,38 @@ def test_megatron_iteration_lines() -> None:
     assert ss.series["loss"].steps == [1500.0]
 
 
+def test_deepspeed_engine_step_and_timer_lines() -> None:
+    ss = parse_text_lines(
+        "[2024-05-01 10:02:11,201] [INFO] [logging.py:96:log_dist] [Rank 0] step=10, skipped=4, "
+        "lr=[4.99e-05, 4.99e-05], mom=[(0.9, 0.95), (0.9, 0.95)]\n"
+        "[2024-05-01 10:02:11,204] [INFO] [timer.py:260:stop] epoch=0/micro_step=40/global_step=10, "
+        "RunningAvgSamplesPerSec=25.02, CurrSamplesPerSec=25.70, MemAllocated=4.32GB, MaxMemAllocated=38.49GB\n"
+    )
+    assert ss.parsers == {"deepspeed_step", "deepspeed_timer"}
+    got = {k: (s.steps[0], s.values[0]) for k, s in ss.series.items()}
+    assert got["skipped_total"] == (10.0, 4.0)  # a running total: trends turn it into per-interval counts
+    assert got["throughput"] == (10.0, 25.7) and got["mem"] == (10.0, 4.32)
+    assert "lr" not in got and "skipped_iters" not in got
+
+
+def test_every_parser_example_is_read_by_its_parser() -> None:
+    """The examples in metric_lines.yaml are selected by their own parser first and yield metrics."""
+    import yaml
+    from mldebug_rules.collectors.metrics_parse import parse_record
+
+    doc = yaml.safe_load((Path(__file__).parents[1] / "collectors" / "metric_lines.yaml").read_text())
+    reader = LineReader()
+    for entry in doc["lines"]:
+        for ex in entry["examples"]:
+            (hit,), _ = reader._matches(ex.encode() + b"\n")
+            assert reader.parsers[hit[1]].id == entry["id"], ex
+            assert parse_record(entry["parse"], hit[2]), ex
+    for entry in doc["stops"]:
+        for ex in entry["examples"]:
+            ss = parse_text_lines(ex + "\n")
+            assert ss.stop == entry["stop"], ex
+
+
 def test_torchvision_and_timm_lines() -> None:
     tv = parse_text_lines(
         "Epoch: [3]  [ 100/5005]  eta: 0:30:00  lr: 0.1  img/s: 1024.5  loss: 2.3000 (2.4000)  acc1: 45.0 (44.1)"

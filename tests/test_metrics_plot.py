@@ -79,3 +79,14 @@ def test_choose_panels_follows_the_cited_trends() -> None:
     ]
     assert choose_panels(series, trends) == [("m.jsonl", "mem"), ("m.jsonl", "loss")]
     assert choose_panels(series, []) == [("m.jsonl", "loss"), ("m.jsonl", "grad_norm"), ("m.jsonl", "mem")]
+
+
+def test_skipped_steps_panel_without_a_loss_scale_series() -> None:
+    """DeepSpeed logs a running skipped total but no loss scale: the cited trend still gets its panel."""
+    from mldebug_rules.plot import choose_panels
+
+    series = {"train.log": {"series": {"loss": [[0, 1.0]], "skipped_total": [[0, 3.0]]}, "step_kind": "step"}}
+    trends = [{"file": "train.log", "metric": "skipped_iters", "trend": "skipped_steps", "step": 0}]
+    assert choose_panels(series, trends) == [("train.log", "skipped_total"), ("train.log", "loss")]
+    series["train.log"]["series"]["loss_scale"] = [[0, 65536.0]]
+    assert choose_panels(series, trends)[0] == ("train.log", "loss_scale")

@@ -145,6 +145,26 @@ def test_loss_scale_collapse_and_skipped_steps() -> None:
     assert "skipped_steps" not in _trends(_ss(skipped_iters=[0, 3, 3, 3]))  # 9 < 10
 
 
+def test_skipped_running_total_counts_its_increments() -> None:
+    # DeepSpeed's skipped=K is cumulative: 3 at start-up, then +4 +4 +4 = 12 after the scaler settled.
+    many = _trends(_ss(skipped=[3, 3, 7, 11, 15]))
+    assert many["skipped_steps"].value == 12.0  # type: ignore[attr-defined]
+    assert many["skipped_steps"].points == 3 and many["skipped_steps"].window_start == 2  # type: ignore[attr-defined]
+    assert "skipped_steps" not in _trends(_ss(skipped=[3, 3, 5, 7, 9, 11]))  # 8 < 10, not 35
+    resumed = _trends(_ss(skipped=[3, 3, 9, 2, 8]))  # the total restarts at a resume: 6 + 2 + 6
+    assert resumed["skipped_steps"].value == 14.0  # type: ignore[attr-defined]
+
+
+def test_a_summary_nan_is_a_final_value_not_an_onset() -> None:
+    ss = SeriesSet("wandb-summary.json", last_values_only=True)
+    ss.add("train/loss", 3000, math.nan)
+    ss.add("train/grad_norm", 3000, 1.5)
+    trends = detect(ss)
+    assert [(t.metric, t.trend, t.window_start, t.window_end, t.points) for t in trends] == [
+        ("loss", "nan_final", 3000, 3000, 1)
+    ]
+
+
 def test_nan_sudden_vs_preceded() -> None:
     sudden = _trends(_ss(loss=[1.0, 0.99, 0.98, 0.97, math.nan]))
     assert "nan_sudden" in sudden
@@ -159,6 +179,22 @@ def test_nan_sudden_vs_preceded() -> None:
 def test_stop_reason_only_from_structured_records() -> None:
     ss = _ss(loss=[1.0, 0.9])
     ss.stop = "early_stopping"
-    assert _trends(ss)["stopped"].note == "early_stopping"  # type: ignore[attr-defined]
+    stopped = _trends(ss)["stopped"]
+    assert stopped.note == "early_stopping"  # type: ignore[attr-defined]
+    assert (stopped.window_start, stopped.window_end, stopped.points) == (0, 1, 2)  # type: ignore[attr-defined]
     ss.stop_from_log = True
     assert "stopped" not in _trends(ss)
+
+
+def test_detector_defaults_are_the_pack_defaults_and_documented(kb: object) -> None:
+    """trends.DEFAULTS (used only without the core pack), the packs' params and docs/curves.md agree."""
+    import re
+    from pathlib import Path
+
+    params = kb.params  # type: ignore[attr-defined]
+    for name, default in DEFAULTS.items():
+        assert params[name] == default, name
+    doc = (Path(__file__).parents[1] / "docs" / "curves.md").read_text()
+    rows = dict(re.findall(r"^\| `(\w+)`[^|]* \| ([0-9.]+) \|", doc, re.M))
+    for name in [*DEFAULTS, "gpu_util_low_pct"]:
+        assert float(rows[name]) == float(params[name]), name
