@@ -526,11 +526,18 @@ class _FileScan:
         prev_key = -1
         line_start = -1
         line = b""
+        keep_last = sc._keep_last
+        deferred: dict[int, list[int]] = {}
         for key in keys:
             if key == prev_key:
                 continue
             prev_key = key
             end, idx = divmod(key, npat)
+            if keep_last[idx]:
+                # Only the last hit is kept (progress lines, one per step): confirm candidates from the
+                # segment's end backwards, after the loop, instead of every one of them here.
+                deferred.setdefault(idx, []).append(end)
+                continue
             start = seg.rfind(b"\n", 0, end) + 1
             if start != line_start:
                 line_start, line = start, seg[start:end]
@@ -541,6 +548,19 @@ class _FileScan:
                 newlines += _count_newlines(seg, counted_to, end)
                 counted_to = end
             self._record(idx, base + newlines + 1, line, m)
+        for idx, ends in deferred.items():
+            confirm = (compiled[idx] or sc._comp(idx)).confirm.search
+            self.counts[idx] += len(ends)  # hyperscan's matching lines
+            for end in reversed(ends):
+                start = seg.rfind(b"\n", 0, end) + 1
+                line = seg[start:end]
+                m = confirm(line)
+                if m is not None:
+                    line_no = base + _count_newlines(seg, 0, start) + 1
+                    self.last[idx] = (line_no, line[:_TEXT_BYTES], m.groupdict())
+                    break
+            else:
+                self.counts[idx] -= len(ends)  # none confirmed: none counted
         newlines += _count_newlines(seg, counted_to)
         nlines = newlines + (1 if unterminated else 0)
         self.lines = base + nlines
@@ -805,11 +825,16 @@ class Scanner:
         self._compiled: list[_Compiled | None] = [
             None if trusted and use_hs else _compile_python(i, p) for i, p in enumerate(self.patterns)
         ]
+        self._relaxed: set[int] = set()
         if use_hs:
             self._db, self._py_idx = self._compile_hyperscan()
             self.engine = f"hyperscan {_hyperscan_version()}"
         else:
             self.engine = "python-re"
+        # keep="last" patterns whose candidates are hyperscan's own matches (not a prefilter's) are confirmed
+        # from a segment's end backwards, once, instead of line by line: see _FileScan._segment.
+        exact = set(range(len(self.patterns))) - set(self._py_idx) - self._relaxed if use_hs else set()
+        self._keep_last = [p.keep == "last" and i in exact for i, p in enumerate(self.patterns)]
         try:
             for i in self._py_idx:
                 _with_search(self._comp(i), self.patterns[i])
@@ -868,6 +893,7 @@ class Scanner:
             exprs[i] = _hyperscan_expression(replace(p, regex=loose))
             hs_idx.append(i)
             relaxed.add(i)
+        self._relaxed = relaxed
         flags = {i: _hyperscan_flags(self.patterns[i]) for i in hs_idx}
 
         def build(idx: list[int]) -> Any:

@@ -209,7 +209,7 @@ class LineReader:
         first_rank: int | None = None
         keys: dict[str, str] = {}  # metric name as logged -> canonical name ("" = not a metric)
         try:
-            for seg, phys, base in _segments(path):
+            for seg, phys, base in _segments(path, out.issues):
                 matches, seg_lines = self._matches(seg)
                 # Points are gathered per series for the segment, then added in bulk (Series.extend).
                 pending: dict[str, tuple[list[float], list[float], list[int]]] = {}
@@ -264,16 +264,46 @@ def _text(b: bytes) -> str:
     return b[:_TEXT_BYTES].decode("utf-8", "replace")[:TEXT_CHARS]
 
 
-def _segments(path: Path) -> Iterator[tuple[bytes, list[int] | None, int]]:
+# A plain log bigger than SAMPLE_MIN_BYTES has its metric lines read in SAMPLE_CHUNKS chunks: the first
+# SAMPLE_HEAD, the last SAMPLE_TAIL and evenly spaced ones between. The rest is only counted (newlines, at C
+# speed), so line numbers stay exact and a 10 GB log costs a bounded amount of parsing. Curves keep their
+# shape; onsets inside a skipped stretch are placed at the next sampled point, and each trend states its
+# window and datapoints. Signatures (NaN lines, OOMs) come from the full scan of the logs probe regardless.
+SAMPLE_MIN_BYTES = 64 << 20
+SAMPLE_HEAD, SAMPLE_TAIL, SAMPLE_CHUNKS = 2, 4, 10
+
+
+def _sampled_chunks(size: int) -> set[int] | None:
+    """Indices of the CHUNK-sized pieces to parse, or None for all of them."""
+    n = -(-size // CHUNK)
+    if size <= SAMPLE_MIN_BYTES or n <= SAMPLE_CHUNKS:
+        return None
+    keep = set(range(SAMPLE_HEAD)) | set(range(n - SAMPLE_TAIL, n))
+    middle = SAMPLE_CHUNKS - SAMPLE_HEAD - SAMPLE_TAIL
+    span = n - SAMPLE_HEAD - SAMPLE_TAIL
+    keep |= {SAMPLE_HEAD + (k * span) // middle for k in range(middle)}
+    return keep
+
+
+def _segments(path: Path, notes: list[str] | None = None) -> Iterator[tuple[bytes, list[int] | None, int]]:
     """(segment of whole lines, physical-line map or None, physical lines before the segment)."""
-    opener: Any = gzip.open if path.name.endswith(".gz") else open
+    gz = path.name.endswith(".gz")
+    opener: Any = gzip.open if gz else open
+    keep = None if gz else _sampled_chunks(path.stat().st_size)
+    if keep is not None and notes is not None:
+        notes.append(
+            f"{path.name}: {path.stat().st_size / (1 << 30):.1f} GiB: metric lines read in {len(keep)} MiB "
+            "(start, end and evenly spaced stretches); line numbers exact"
+        )
     base = 0
     carry = b""
+    index = -1
     with opener(path, "rb") as fh:
         while True:
             chunk = fh.read(CHUNK)
             if not chunk:
                 break
+            index += 1
             buf = carry + chunk
             cut = buf.rfind(b"\n")
             if cut < 0:
@@ -283,7 +313,8 @@ def _segments(path: Path) -> Iterator[tuple[bytes, list[int] | None, int]]:
                     carry = buf
                     continue
             seg, carry = buf[: cut + 1], buf[cut + 1 :]
-            yield (*_split_cr(seg), base)
+            if keep is None or index in keep:
+                yield (*_split_cr(seg), base)
             base += seg.count(b"\n")
         if carry:
             yield (*_split_cr(carry), base)

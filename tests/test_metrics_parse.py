@@ -271,3 +271,28 @@ def test_canonical_names() -> None:
         "data_time",
         "step_time",
     ]
+
+
+def test_big_log_metric_lines_are_sampled_with_exact_line_numbers(tmp_path: Path, monkeypatch) -> None:
+    import mldebug_rules.collectors.metrics_parse as mp
+
+    monkeypatch.setattr(mp, "CHUNK", 2048)
+    monkeypatch.setattr(mp, "SAMPLE_MIN_BYTES", 10_000)
+    monkeypatch.setattr(mp, "SAMPLE_HEAD", 2)
+    monkeypatch.setattr(mp, "SAMPLE_TAIL", 2)
+    monkeypatch.setattr(mp, "SAMPLE_CHUNKS", 8)
+    n = 6000
+    lines = []
+    for i in range(1, n + 1):  # line i logs step i (every third line is noise)
+        lines.append(f"step {i} | loss {1.0 + i / n:.6f}" if i % 3 else f"noise line {i}")
+    path = tmp_path / "train.log"
+    path.write_text("\n".join(lines) + "\n")
+    ss = LineReader().read(path, "train.log")
+    loss = ss.series["loss"]
+    assert 0 < loss.total < n // 2  # sampled, not every metric line
+    assert all(int(step) == line for step, line in zip(loss.steps, loss.lines, strict=True))
+    assert loss.steps[-1] == n - 1  # the end of the log is always read
+    assert any("metric lines read in" in i for i in ss.issues)
+    # Below the threshold every line is read.
+    monkeypatch.setattr(mp, "SAMPLE_MIN_BYTES", 1 << 30)
+    assert LineReader().read(path, "train.log").series["loss"].total == n - n // 3
