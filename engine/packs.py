@@ -393,7 +393,7 @@ def _load_packs(
         for name, value in params.items():
             if name not in kb.params:
                 raise PackError(
-                    "--param", 0, f"unknown parameter {name!r} (see `mldebug-rules rules list --params`)"
+                    "--param", 0, f"unknown parameter {name!r} (`mldebug-rules rules list` shows them all)"
                 )
             kb.params[name] = _coerce_param(kb.params[name], value, name)
     check_references(kb)
