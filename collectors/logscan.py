@@ -79,6 +79,7 @@ _TEXT_BYTES = 4 * TEXT_CHARS  # a UTF-8 char is at most 4 bytes: decoding this m
 DEFAULT_CHUNK_SIZE = 1 << 20
 BINARY_PROBE = 64 << 10  # binary detection looks at the first 64 KiB of (decompressed) content
 PROGRESS_MIN_BYTES = 256 << 20  # only files larger than this get a progress display (and only on a TTY)
+LAST_WINDOW = 64 << 10  # keep="last" patterns are first looked for in a segment's last 64 KiB
 _COMPRESSED_READ = 256 << 10  # compressed bytes fed per decompress call
 _ZSTD_FEED = 64 << 10  # zstd's decompressobj has no output cap: small inputs keep each output small
 _MAX_LONG_LINE_ISSUES = 20  # beyond this, over-long lines are summarised in one issue
@@ -526,18 +527,11 @@ class _FileScan:
         prev_key = -1
         line_start = -1
         line = b""
-        keep_last = sc._keep_last
-        deferred: dict[int, list[int]] = {}
         for key in keys:
             if key == prev_key:
                 continue
             prev_key = key
             end, idx = divmod(key, npat)
-            if keep_last[idx]:
-                # Only the last hit is kept (progress lines, one per step): confirm candidates from the
-                # segment's end backwards, after the loop, instead of every one of them here.
-                deferred.setdefault(idx, []).append(end)
-                continue
             start = seg.rfind(b"\n", 0, end) + 1
             if start != line_start:
                 line_start, line = start, seg[start:end]
@@ -548,9 +542,12 @@ class _FileScan:
                 newlines += _count_newlines(seg, counted_to, end)
                 counted_to = end
             self._record(idx, base + newlines + 1, line, m)
-        for idx, ends in deferred.items():
+        for idx in sc._last_dbs:
+            # Only the last hit is kept (progress lines, one per step): find the segment's last lines for
+            # the pattern with its own database, and confirm them from the end backwards.
+            ends = sc._last_ends(idx, seg)
             confirm = (compiled[idx] or sc._comp(idx)).confirm.search
-            self.counts[idx] += len(ends)  # hyperscan's matching lines
+            self.counts[idx] += len(ends)  # matching lines in the stretch searched
             for end in reversed(ends):
                 start = seg.rfind(b"\n", 0, end) + 1
                 line = seg[start:end]
@@ -826,15 +823,13 @@ class Scanner:
             None if trusted and use_hs else _compile_python(i, p) for i, p in enumerate(self.patterns)
         ]
         self._relaxed: set[int] = set()
+        self._last_dbs: dict[int, Any] = {}
         if use_hs:
             self._db, self._py_idx = self._compile_hyperscan()
             self.engine = f"hyperscan {_hyperscan_version()}"
         else:
             self.engine = "python-re"
-        # keep="last" patterns whose candidates are hyperscan's own matches (not a prefilter's) are confirmed
-        # from a segment's end backwards, once, instead of line by line: see _FileScan._segment.
-        exact = set(range(len(self.patterns))) - set(self._py_idx) - self._relaxed if use_hs else set()
-        self._keep_last = [p.keep == "last" and i in exact for i, p in enumerate(self.patterns)]
+
         try:
             for i in self._py_idx:
                 _with_search(self._comp(i), self.patterns[i])
@@ -901,6 +896,19 @@ class Scanner:
 
         if not hs_idx:
             return None, py_idx
+        # keep="last" patterns that hyperscan matches exactly (not loosened) get a database each, searched
+        # from each segment's end (_last_ends): a progress line on every line would otherwise cost a callback
+        # and a confirmation per line, for the one hit kept.
+        solo = [i for i in hs_idx if self.patterns[i].keep == "last" and i not in relaxed]
+        if solo:
+            main = [i for i in hs_idx if i not in set(solo)]
+            try:
+                last_dbs = {i: build([i]) for i in solo}
+                db = build(main) if main else None
+                self._last_dbs = last_dbs
+                return db, py_idx
+            except _hs.error:
+                pass  # one database for all, and the error path below names any culprit
         try:
             return build(hs_idx), py_idx
         except _hs.error:
@@ -956,6 +964,30 @@ class Scanner:
             seg if seg.endswith(b"\n") else seg + b"\n", match_event_handler=on_match, scratch=scratch
         )
         return keys
+
+    def _last_ends(self, idx: int, seg: bytes) -> list[int]:
+        """Line ends (as in _candidates) of pattern `idx`'s matches near the end of `seg`: its last
+        LAST_WINDOW bytes, or, when the pattern is not there, the rest of the segment."""
+        assert _hs is not None
+        db = self._last_dbs[idx]
+        scratches = getattr(self._tls, "last", None)
+        if scratches is None:
+            scratches = self._tls.last = {}
+        scratch = scratches.get(idx)
+        if scratch is None:
+            scratch = scratches[idx] = _hs.Scratch(db)
+        data = seg if seg.endswith(b"\n") else seg + b"\n"
+        n = len(data)
+        split = data.rfind(b"\n", 0, n - LAST_WINDOW) + 1 if n > LAST_WINDOW else 0
+        ends: list[int] = []
+
+        def on_match(_idx: int, _from: int, to: int, _flags: int, base: object) -> None:
+            ends.append(to - 1 + base)  # type: ignore[operator]
+
+        db.scan(data[split:], match_event_handler=on_match, scratch=scratch, context=split)
+        if not ends and split:
+            db.scan(data[:split], match_event_handler=on_match, scratch=scratch, context=0)
+        return ends
 
     def _candidates_py(self, seg: bytes, indices: list[int]) -> list[int]:
         """Candidates with bytes.find (required literal) or re over the whole segment, per pattern."""

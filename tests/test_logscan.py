@@ -456,3 +456,31 @@ def test_tail_and_line_count_match_reference(data: bytes, chunk_size: int, tail:
     assert res.total_lines == len(lines)
     want = list(enumerate(texts, 1))[-tail:] if tail else []
     assert res.tail == want
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    patterns=st.lists(_pattern(), min_size=1, max_size=3),
+    data=_log(),
+    chunk_size=st.integers(min_value=1, max_value=40),
+    window=st.integers(min_value=1, max_value=30),
+)
+def test_keep_last_is_the_last_matching_line(
+    patterns: list[Pattern], data: bytes, chunk_size: int, window: int
+) -> None:
+    """keep="last" patterns are searched from each segment's end (with hyperscan, in a window first): the one
+    hit kept is still the file's last matching line, with its groups."""
+    import mldebug_rules.collectors.logscan as ls
+
+    old = ls.LAST_WINDOW
+    ls.LAST_WINDOW = window
+    try:
+        last = [Pattern(p.id, p.regex, p.ignore_case, "last", 1) for p in patterns]
+        expected, _ = reference(last, data)
+        want = {idx: line for line, idx in expected}  # the last line per pattern
+        for engine in _ENGINES_AVAILABLE:
+            for cs in (chunk_size, 1 << 20):
+                res = scan(last, data, engine, cs)
+                assert {h.pattern: h.line_no for h in res.hits} == want, (engine, cs)
+    finally:
+        ls.LAST_WINDOW = old
