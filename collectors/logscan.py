@@ -32,6 +32,7 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import concurrent.futures.process
+import functools
 import io
 import os
 import re
@@ -79,7 +80,7 @@ _TEXT_BYTES = 4 * TEXT_CHARS  # a UTF-8 char is at most 4 bytes: decoding this m
 DEFAULT_CHUNK_SIZE = 1 << 20
 BINARY_PROBE = 64 << 10  # binary detection looks at the first 64 KiB of (decompressed) content
 PROGRESS_MIN_BYTES = 256 << 20  # only files larger than this get a progress display (and only on a TTY)
-LAST_WINDOW = 64 << 10  # keep="last" patterns are first looked for in a segment's last 64 KiB
+LAST_WINDOW = 16 << 10  # keep="last" patterns are first looked for in a segment's last 16 KiB
 _COMPRESSED_READ = 256 << 10  # compressed bytes fed per decompress call
 _ZSTD_FEED = 64 << 10  # zstd's decompressobj has no output cap: small inputs keep each output small
 _MAX_LONG_LINE_ISSUES = 20  # beyond this, over-long lines are summarised in one issue
@@ -542,23 +543,21 @@ class _FileScan:
                 newlines += _count_newlines(seg, counted_to, end)
                 counted_to = end
             self._record(idx, base + newlines + 1, line, m)
-        for idx in sc._last_dbs:
-            # Only the last hit is kept (progress lines, one per step): find the segment's last lines for
-            # the pattern with its own database, and confirm them from the end backwards.
-            ends = sc._last_ends(idx, seg)
-            confirm = (compiled[idx] or sc._comp(idx)).confirm.search
-            self.counts[idx] += len(ends)  # matching lines in the stretch searched
-            for end in reversed(ends):
-                start = seg.rfind(b"\n", 0, end) + 1
-                line = seg[start:end]
-                m = confirm(line)
-                if m is not None:
-                    line_no = base + _count_newlines(seg, 0, start) + 1
-                    self.last[idx] = (line_no, line[:_TEXT_BYTES], m.groupdict())
-                    break
-            else:
-                self.counts[idx] -= len(ends)  # none confirmed: none counted
         newlines += _count_newlines(seg, counted_to)
+        if sc._last_idx:
+            # Only the last hit is kept (progress lines, one per step): find the segment's last lines for
+            # those patterns (_last_ends), and confirm them from the end backwards.
+            for idx, ends in sc._last_ends(seg).items():
+                confirm = (compiled[idx] or sc._comp(idx)).confirm.search
+                for end in reversed(ends):
+                    start = seg.rfind(b"\n", 0, end) + 1
+                    line = seg[start:end]
+                    m = confirm(line)
+                    if m is not None:
+                        self.counts[idx] += len(ends)  # matching lines in the stretch searched
+                        line_no = base + newlines - _count_newlines(seg, start) + 1
+                        self.last[idx] = (line_no, line[:_TEXT_BYTES], m.groupdict())
+                        break
         nlines = newlines + (1 if unterminated else 0)
         self.lines = base + nlines
         self._keep_tail(seg, nlines, unterminated)
@@ -736,6 +735,7 @@ def _zstd_chunks(fh: BinaryIO, head: bytes, state: dict[str, Any]) -> Iterator[b
 _HS_DATABASES: dict[str, Any] = {}
 
 
+@functools.cache
 def _cpu_tag() -> str:
     """The CPU's feature flags: a serialized database is only valid on the platform it was built for, and a
     home directory (so the cache) is often shared by a cluster's different nodes."""
@@ -823,7 +823,9 @@ class Scanner:
             None if trusted and use_hs else _compile_python(i, p) for i, p in enumerate(self.patterns)
         ]
         self._relaxed: set[int] = set()
-        self._last_dbs: dict[int, Any] = {}
+        self._last_idx: list[int] = []  # keep="last" patterns searched from each segment's end
+        self._hs_forms: dict[int, tuple[bytes, int]] = {}  # hyperscan expression and flags per pattern
+        self._subset_dbs: dict[tuple[int, ...], Any] = {}
         if use_hs:
             self._db, self._py_idx = self._compile_hyperscan()
             self.engine = f"hyperscan {_hyperscan_version()}"
@@ -900,12 +902,13 @@ class Scanner:
         # from each segment's end (_last_ends): a progress line on every line would otherwise cost a callback
         # and a confirmation per line, for the one hit kept.
         solo = [i for i in hs_idx if self.patterns[i].keep == "last" and i not in relaxed]
+        self._hs_forms = {i: (exprs[i], flags[i]) for i in hs_idx}
         if solo:
             main = [i for i in hs_idx if i not in set(solo)]
             try:
-                last_dbs = {i: build([i]) for i in solo}
+                build(solo)
                 db = build(main) if main else None
-                self._last_dbs = last_dbs
+                self._last_idx = solo
                 return db, py_idx
             except _hs.error:
                 pass  # one database for all, and the error path below names any culprit
@@ -965,29 +968,40 @@ class Scanner:
         )
         return keys
 
-    def _last_ends(self, idx: int, seg: bytes) -> list[int]:
-        """Line ends (as in _candidates) of pattern `idx`'s matches near the end of `seg`: its last
-        LAST_WINDOW bytes, or, when the pattern is not there, the rest of the segment."""
+    def _last_ends(self, seg: bytes) -> dict[int, list[int]]:
+        """Line ends (as in _candidates), ascending, of the keep="last" patterns' matches near the end of
+        `seg`: in its last LAST_WINDOW bytes, and, for the patterns not there, in the rest of it."""
         assert _hs is not None
-        db = self._last_dbs[idx]
-        scratches = getattr(self._tls, "last", None)
-        if scratches is None:
-            scratches = self._tls.last = {}
-        scratch = scratches.get(idx)
-        if scratch is None:
-            scratch = scratches[idx] = _hs.Scratch(db)
         data = seg if seg.endswith(b"\n") else seg + b"\n"
         n = len(data)
         split = data.rfind(b"\n", 0, n - LAST_WINDOW) + 1 if n > LAST_WINDOW else 0
-        ends: list[int] = []
+        ends: dict[int, list[int]] = {}
 
-        def on_match(_idx: int, _from: int, to: int, _flags: int, base: object) -> None:
-            ends.append(to - 1 + base)  # type: ignore[operator]
+        def on_match(idx: int, _from: int, to: int, _flags: int, base: object) -> None:
+            ends.setdefault(idx, []).append(to - 1 + base)  # type: ignore[operator]
 
-        db.scan(data[split:], match_event_handler=on_match, scratch=scratch, context=split)
-        if not ends and split:
-            db.scan(data[:split], match_event_handler=on_match, scratch=scratch, context=0)
+        self._scan_with(self._last_idx, data[split:], on_match, split)
+        if split:
+            missing = [i for i in self._last_idx if i not in ends]
+            if missing:
+                self._scan_with(missing, data[:split], on_match, 0)
         return ends
+
+    def _scan_with(self, idx: list[int], data: bytes, on_match: Any, context: int) -> None:
+        """Scan `data` with a database of just the patterns `idx` (built once, then cached)."""
+        assert _hs is not None
+        key = tuple(idx)
+        db = self._subset_dbs.get(key)
+        if db is None:
+            forms = [self._hs_forms[i] for i in idx]
+            db = self._subset_dbs[key] = _hs_database([f[0] for f in forms], idx, [f[1] for f in forms])
+        scratches = getattr(self._tls, "scratches", None)
+        if scratches is None:
+            scratches = self._tls.scratches = {}
+        scratch = scratches.get(id(db))
+        if scratch is None:
+            scratch = scratches[id(db)] = _hs.Scratch(db)
+        db.scan(data, match_event_handler=on_match, scratch=scratch, context=context)
 
     def _candidates_py(self, seg: bytes, indices: list[int]) -> list[int]:
         """Candidates with bytes.find (required literal) or re over the whole segment, per pattern."""

@@ -304,6 +304,17 @@ def _segments(path: Path, notes: list[str] | None = None) -> Iterator[tuple[byte
             if not chunk:
                 break
             index += 1
+            if keep is not None and index not in keep:
+                # A skipped stretch is only counted; its unfinished last line is carried for the next chunk.
+                nl = chunk.rfind(b"\n")
+                if nl < 0:
+                    carry += chunk
+                    if len(carry) > 4 * CHUNK:  # a newline-less monster: not a metric line
+                        carry = carry[-CHUNK:]
+                    continue
+                base += chunk.count(b"\n")
+                carry = chunk[nl + 1 :]
+                continue
             buf = carry + chunk
             cut = buf.rfind(b"\n")
             if cut < 0:
