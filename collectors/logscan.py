@@ -80,6 +80,7 @@ _TEXT_BYTES = 4 * TEXT_CHARS  # a UTF-8 char is at most 4 bytes: decoding this m
 DEFAULT_CHUNK_SIZE = 1 << 20
 BINARY_PROBE = 64 << 10  # binary detection looks at the first 64 KiB of (decompressed) content
 PROGRESS_MIN_BYTES = 256 << 20  # only files larger than this get a progress display (and only on a TTY)
+OFFLOAD_MIN_BYTES = 64 << 20  # scan_paths gives even a single file this big its own process
 LAST_WINDOW = 16 << 10  # keep="last" patterns are first looked for in a segment's last 16 KiB
 _COMPRESSED_READ = 256 << 10  # compressed bytes fed per decompress call
 _ZSTD_FEED = 64 << 10  # zstd's decompressobj has no output cap: small inputs keep each output small
@@ -1179,7 +1180,7 @@ _worker_scanner: Scanner | None = None
 def _worker_init(state: dict[str, Any]) -> None:
     global _worker_scanner
     scanner = Scanner.__new__(Scanner)
-    scanner.__setstate__(dict(state, progress=False))  # several workers must not fight over one TTY line
+    scanner.__setstate__(state)
     _worker_scanner = scanner
 
 
@@ -1212,14 +1213,21 @@ def scan_paths(scanner: Scanner, paths: Sequence[str], jobs: int | None = None) 
     spaths = [os.fspath(p) for p in paths]
     if not spaths:
         return []
-    workers = max(1, min(jobs or _available_cpus(), len(spaths)))
-    if workers == 1:
+    cpus = _available_cpus()
+    workers = max(1, min(jobs or cpus, len(spaths)))
+    # One big file still goes to a worker process when there are cores to spare: the scan then leaves the
+    # GIL to the probes running beside it (the metrics probe reads the same log).
+    alone = workers == 1 and not (jobs is None and cpus > 1 and _size_or_zero(spaths[0]) >= OFFLOAD_MIN_BYTES)
+    if alone:
         return [scanner.scan_path(p) for p in spaths]
     order = sorted(range(len(spaths)), key=lambda i: -_size_or_zero(spaths[i]))
     results: list[ScanResult | None] = [None] * len(spaths)
     try:
         with concurrent.futures.ProcessPoolExecutor(
-            max_workers=workers, initializer=_worker_init, initargs=(scanner.__getstate__(),)
+            max_workers=workers,
+            initializer=_worker_init,
+            # several workers must not fight over one TTY line; a single one keeps its progress display
+            initargs=(dict(scanner.__getstate__(), progress=scanner.progress and workers == 1),),
         ) as pool:
             futures = {pool.submit(_worker_scan, spaths[i]): i for i in order}
             for fut in concurrent.futures.as_completed(futures):
