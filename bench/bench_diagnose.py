@@ -83,8 +83,14 @@ def main(argv: list[str] | None = None) -> int:
         f"diagnose --offline --log --format json: median {d:.2f}s of {a.repeat}, {d / g:.2f}x grep's time, "
         f"peak RSS {rss:.0f} MiB, scanner: {rep['engine']['scanner']}, rules: {rep['engine']['rules']}"
     )
+    reported = {
+        int(e["source"].rsplit(":", 1)[1])
+        for e in rep.get("signatures", [])
+        if str(e.get("source", "")).rsplit(":", 1)[-1].isdigit()
+    }
     print(
-        f"hypotheses: {[h['id'] for h in rep['hypotheses']][:6]}; planted lines cited: "
+        f"hypotheses: {[h['id'] for h in rep['hypotheses']][:6]}; planted failure lines at their exact line "
+        f"in the report's signatures: {len(reported & set(planted))}/{len(planted)}, cited by a hypothesis: "
         f"{len(cited & set(planted))}/{len(planted)}"
     )
     return 0

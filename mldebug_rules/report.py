@@ -145,6 +145,31 @@ def next_action(d: Diagnosis) -> str:
     )
 
 
+def _signature_hits(d: Diagnosis) -> list[dict[str, Any]]:
+    """Every signature hit the logs probe kept, at its exact line, whether or not a hypothesis cites it:
+    what a grep over the failure strings would have shown. `count` is the signature's hits in that file
+    (the probe keeps the first and last few of a chatty one)."""
+    out = []
+    for f in d.facts:
+        if f.kind == "log.signature" and f.file:
+            out.append(
+                {
+                    "id": f.attrs.get("signature"),
+                    "role": f.attrs.get("role"),
+                    "source": f"{f.file}:{f.line}" if f.line else f.file,
+                    "count": f.attrs.get("count"),
+                    **({"rank": f.rank} if f.rank is not None and f.rank >= 0 else {}),
+                }
+            )
+    out.sort(key=lambda e: (str(e["source"]).rsplit(":", 1)[0], _line_of(str(e["source"])), str(e["id"])))
+    return out
+
+
+def _line_of(source: str) -> int:
+    tail = source.rsplit(":", 1)[-1]
+    return int(tail) if tail.isdigit() else 0
+
+
 def build(d: Diagnosis) -> dict[str, Any]:
     offline = d.request.offline
     probes = []
@@ -168,6 +193,7 @@ def build(d: Diagnosis) -> dict[str, Any]:
         "next_action": next_action(d),
         "engine": {"rules": d.engine.backend, "scanner": d.scanner, "ruleset": d.compiled.name},
         "scrollback": _scrollback(d),
+        "signatures": _signature_hits(d),
     }
     ranks = ranks_section(d.facts)  # many ranks/nodes: the first failing rank, and the cascades it caused
     if ranks:
