@@ -30,8 +30,6 @@ Design (why it looks the way it does):
 from __future__ import annotations
 
 import collections
-import concurrent.futures
-import concurrent.futures.process
 import functools
 import io
 import os
@@ -1210,6 +1208,9 @@ def scan_paths(scanner: Scanner, paths: Sequence[str], jobs: int | None = None) 
     GIL.  Largest files are started first so one big log doesn't end up alone at the end.  If worker
     processes cannot be used (sandbox, daemonic parent), threads are used instead.
     """
+    import concurrent.futures  # here: a small diagnosis scans in-process and never needs it (nor logging)
+    import concurrent.futures.process
+
     spaths = [os.fspath(p) for p in paths]
     if not spaths:
         return []

@@ -27,8 +27,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from . import lineinfo
 from .logscan import _TEXT_BYTES, LINE_MATCH_CAP, TEXT_CHARS, Pattern, Scanner
 from .metrics_series import SeriesSet, canonical, to_float
@@ -86,7 +84,9 @@ class LineParser:
 def line_parsers() -> tuple[tuple[LineParser, ...], tuple[LineParser, ...]]:
     """(metric-line parsers, stop-line parsers) from metric_lines.yaml."""
     text = resources.files("mldebug_rules.collectors").joinpath("metric_lines.yaml").read_text("utf-8")
-    doc = yaml.safe_load(text)
+    import yaml  # here: parsed once per process, with libyaml when available
+
+    doc = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     lines = tuple(LineParser(e["id"], e["regex"], parse=e["parse"]) for e in doc["lines"])
     stops = tuple(LineParser(e["id"], e["regex"], stop=e["stop"]) for e in doc["stops"])
     return lines, stops
