@@ -18,36 +18,62 @@
 ('node-3', 12)
 >>> time_of_line("[rank3]: 2024-05-01 12:00:03 oom"), time_of_line("0: [2024-05-01 12:00:03,5] x")
 (1714564803.0, 1714564803.5)
->>> rank_of_path("slurm-123_4.out"), rank_of_path("out/train_rank_3_of_8.log"), rank_of_path("slurm-99.out")
+>>> rank_of_path("slurm-123-4.out"), rank_of_path("out/train_rank_3_of_8.log"), rank_of_path("slurm-99.out")
 (4, 3, None)
+>>> rank_of_path("slurm-123_4.out"), rank_of_path("train-3.log"), rank_of_path("train-2024.log")
+(None, 3, None)
+>>> time_of_line("[E1201 10:05:33.5 12 ProcessGroupNCCL.cpp:1234] x", ref=1733011200.0)  # ref: 2024-12-01
+1733047533.5
+>>> time_of_line("[rank3]:[E0101 00:00:01.000000 12 f.cc:1] x", ref=1733011200.0)  # January after that December
+1735689601.0
 >>> host_of_path("node-017/logs/rank3.log"), host_of_path("slurm-12-gpu-a17.out"), host_of_path("rank3.log")
 ('node-017', 'gpu-a17', '')
 """
 
 from __future__ import annotations
 
+import bisect
 import re
+from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
 
 _RANK_LINE = re.compile(
-    r"^\s*\[(?:rank|Rank|RANK)\s?(\d+)\]|^\s*(?:rank|Rank)\s?(\d+)\s*[:|]|\[(?:Rank|rank) (\d+)\]"
+    r"^\s*\[(?:rank|Rank|RANK)\s?(\d+)\]|^\s*(?:rank|Rank)\s?(\d+)\s*[:|]|\[(?:Rank|rank|RANK) (\d+)\]"
     r"|\[(?:global )?rank[:=]? ?(\d+)\]|\bRANK=(\d+)\b|\blocal_rank: (\d+) \(pid"
+    r"|^\s*rank\s+: (\d+) \(local_rank"  # elastic's ChildFailedError summary: "  rank      : 3 (local_rank: 3)"
+    r"|^\[\d+,(\d+)\]<std(?:out|err)>:"  # Open MPI --tag-output (mpirun-launched DeepSpeed/Horovod): [job,rank]
 )
 # Launcher prefixes that come before everything else: srun --label "3: ", torchrun --tee "[default3]:",
-# pdsh/DeepSpeed multi-node "node-017: " (a host), in any nesting.
+# Open MPI --tag-output "[1,3]<stderr>:", pdsh/DeepSpeed multi-node "node-017: " (a host), in any nesting.
 _LAUNCH_PREFIX = re.compile(
-    r"^\s*(?:(\d{1,5}): |\[default(\d+)\]:|([A-Za-z][A-Za-z0-9_.-]*[0-9][A-Za-z0-9_.-]*): (?=\S))"
+    r"^\s*(?:(\d{1,5}): |\[default(\d+)\]:|\[\d+,(\d+)\]<std(?:out|err)>: ?"
+    r"|([A-Za-z][A-Za-z0-9_.-]*[0-9][A-Za-z0-9_.-]*): (?=\S))"
 )
 _RANK_TAG = re.compile(r"^\s*\[(?:rank|Rank)\s?\d+\]:\s?")
 _NCCL_PREFIX = re.compile(r"^\s*([A-Za-z0-9_.-]+):(\d+):(\d+) \[(\d+)\] NCCL")
 _RANK_PATH = re.compile(
-    r"(?:^|[^a-z])(?:rank|r|proc|worker|local_rank|node_rank)[_-]?(\d+)(?:[^0-9]|$)", re.I
+    r"(?:^|[^a-z])(?:rank|r|proc|procid|task|worker|local_rank|node_rank)[_-]?(\d+)(?:[^0-9]|$)", re.I
 )
-_SLURM_TASK = re.compile(r"^slurm-\d+[_-](\d+)\.(?:out|err)$")
+# slurm-%j-%t.out / slurm-%j.%t.out: %t is the task id (SLURM_PROCID). Not slurm-%A_%a.out: that "_" is an array
+# job's task index (separate runs), not a rank.
+_SLURM_TASK = re.compile(r"^slurm-\d+[-.](\d+)\.(?:out|err|log)$")
+_SLURM_ARRAY = re.compile(r"^slurm-\d+_\d+\.")
+# A bare trailing number (train-3.log, log.3.txt, train-%j-%t.log): a rank when short and not a year or a job id.
+_BARE_NUMBER = re.compile(r"^([A-Za-z][A-Za-z0-9_.-]*?)[-_.](\d{1,4})\.(?:log|out|err|txt)$")
+_NOT_RANK_STEM = re.compile(
+    r"(?:epoch|step|iter|run|v|version|ckpt|checkpoint|part|slurm|job|attempt|day)$", re.I
+)
+# torchrun --log-dir: <log_dir>/<run_id>/attempt_<n>/<local_rank>/{stdout,stderr}.log
+_ELASTIC_FILE = re.compile(r"^(?:stdout|stderr)\.log$|^error\.json$")
 _HOST_DIR = re.compile(r"^(?:[a-z0-9]+-)*(?:node|host|gpu|worker|compute|nid|ip)[-_]?[a-z0-9-]*\d$", re.I)
 _SLURM_HOST = re.compile(r"^slurm-\d+-([A-Za-z][A-Za-z0-9.-]*\d)\.(?:out|err)$")
 _TS = re.compile(
     r"^\s*\[?(\d{4}-\d{2}-\d{2})[T ](\d{2}:\d{2}:\d{2})(?:[.,](\d{1,6}))?(Z|[+-]\d{2}:?\d{2})?\]?"
+)
+# glog / c10 logging (PyTorch C++, the NCCL watchdog): "[E1201 10:05:33.123456 12345 ProcessGroupNCCL.cpp:1234] ..."
+# or "E1201 10:05:33.123456 12345 file.cc:12] ...". No year unless glog's log_year_in_prefix ("E20241201 ...").
+_GLOG = re.compile(
+    r"^\s*\[?[IWEF](\d{4})?(\d\d)(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d{1,6}))?\s+-?\d+\s+[^\s\]]+:\d+\]"
 )
 
 
@@ -60,11 +86,12 @@ def _prefixes(line: str) -> tuple[int | None, str, str]:
         m = _LAUNCH_PREFIX.match(rest)
         if not m:
             break
-        task, default, name = m.groups()
+        task, default, mpi, name = m.groups()
         if name and _NCCL_PREFIX.match(rest):
             break
-        if task is not None or default is not None:
-            rank = int(task if task is not None else default) if rank is None else rank
+        number = next((g for g in (task, default, mpi) if g is not None), None)
+        if number is not None:
+            rank = int(number) if rank is None else rank
         elif name and not host:
             host = name
         rest = rest[m.end() :]
@@ -93,12 +120,28 @@ def host_of_line(line: str) -> str:
 
 
 def rank_of_path(path: str) -> int | None:
-    name = path.replace("\\", "/").rsplit("/", 1)[-1]
+    """The rank a file name (or its directory, for torchrun's ``--log-dir`` layout) names."""
+    parts = [p for p in path.replace("\\", "/").split("/") if p]
+    name = parts[-1] if parts else ""
     m = _SLURM_TASK.match(name)
     if m:
         return int(m.group(1))
     m = _RANK_PATH.search(name)
-    return int(m.group(1)) if m else None
+    if m:
+        return int(m.group(1))
+    m = _BARE_NUMBER.match(name) if not _SLURM_ARRAY.match(name) else None
+    if m and not _NOT_RANK_STEM.search(m.group(1)) and not re.fullmatch(r"(?:19|20)\d\d", m.group(2)):
+        return int(m.group(2))
+    if (
+        len(parts) >= 3
+        and _ELASTIC_FILE.match(name)
+        and parts[-2].isdigit()
+        and parts[-3].startswith("attempt_")
+    ):
+        return int(parts[-2])
+    if len(parts) >= 2 and (d := re.fullmatch(r"(?:rank|local_rank|worker)[_-]?(\d+)", parts[-2], re.I)):
+        return int(d.group(1))
+    return None
 
 
 def host_of_path(path: str) -> str:
@@ -116,11 +159,20 @@ def host_of_path(path: str) -> str:
     return ""
 
 
-def time_of_line(line: str) -> float | None:
-    """Leading ISO-like timestamps (after launcher and rank prefixes); without a zone they are read as UTC."""
-    m = _TS.match(line) or _TS.match(_prefixes(line)[2])
+def time_of_line(line: str, ref: float | None = None) -> float | None:
+    """Leading ISO-like or glog timestamps (after launcher and rank prefixes); zone-less times read as UTC.
+
+    A glog stamp has no year: it takes the year that puts it nearest ``ref`` (a dated line of the same file, or
+    the file's mtime), so December lines of a log written in January get last year. Without ``ref`` it is None.
+    """
+    m = _TS.match(line)
+    rest = None
     if not m:
-        return None
+        rest = _prefixes(line)[2]
+        m = _TS.match(rest)
+    if not m:
+        g = _GLOG.match(line) or _GLOG.match(rest if rest is not None else _prefixes(line)[2])
+        return _glog_time(g, ref) if g else None
     date, clock, frac, zone = m.groups()
     raw = f"{date}T{clock}"
     if frac:
@@ -135,3 +187,52 @@ def time_of_line(line: str) -> float | None:
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=timezone.utc)
     return round(dt.timestamp(), 6)
+
+
+def _glog_time(m: re.Match[str], ref: float | None) -> float | None:
+    year, mon, day, hh, mi, ss, frac = m.groups()
+    if year:
+        years = [int(year)]
+    elif ref is None:
+        return None
+    else:
+        y = datetime.fromtimestamp(ref, timezone.utc).year
+        years = [y - 1, y, y + 1]
+    micro = int(frac.ljust(6, "0")) if frac else 0
+    best: float | None = None
+    for y in years:
+        try:
+            t = datetime(
+                y, int(mon), int(day), int(hh), int(mi), int(ss), micro, tzinfo=timezone.utc
+            ).timestamp()
+        except ValueError:  # Feb 29 in a year without one, or not a date at all
+            continue
+        if best is None or (ref is not None and abs(t - ref) < abs(best - ref)):
+            best = t
+    return round(best, 6) if best is not None else None
+
+
+class FileClock:
+    """Timestamps of one file's lines. Year-less (glog) stamps take their year from the dated line nearest
+    them in the same file (by line number), else from the file's mtime (see ``time_of_line``)."""
+
+    def __init__(self, dated_lines: Callable[[], Iterable[tuple[int, str]]], mtime: float | None) -> None:
+        self._dated_lines = dated_lines  # (line_no, text) pairs to look for full dates in, read on first need
+        self._anchors: list[tuple[int, float]] | None = None
+        self.mtime = mtime
+
+    def time(self, line_no: int, text: str) -> float | None:
+        t = time_of_line(text)
+        if t is not None or "] " not in text[:300]:
+            return t
+        return time_of_line(text, self._ref(line_no))
+
+    def _ref(self, line_no: int) -> float | None:
+        if self._anchors is None:
+            found = {(n, t) for n, s in self._dated_lines() if (t := time_of_line(s)) is not None}
+            self._anchors = sorted(found)
+        if not self._anchors:
+            return self.mtime
+        i = bisect.bisect_left(self._anchors, (line_no, float("-inf")))
+        near = self._anchors[max(0, i - 1) : i + 1]
+        return min(near, key=lambda a: abs(a[0] - line_no))[1]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -37,6 +38,8 @@ _STEP_TIME = (
     r"(?:elapsed time per iteration \(ms\)|step[_ ]time|iter(?:ation)?[_ ]time|time[/_]step|batch[_ ]time)"
     r"(?P<unit_pre>_ms|_s)?['\"]?\s*[:=]\s*(?P<value>\d+(?:\.\d+)?)\s*(?P<unit>ms|s)?"
 )
+_STEP_TIME_RE = re.compile(_STEP_TIME, re.I)
+STEP_SERIES_KEPT = 64  # step-time points per rank kept from a file's tail
 
 
 @dataclass
@@ -97,6 +100,7 @@ def _file_facts(ctx: Context, src: LogSource, res: ScanResult, plan: _Plan) -> l
         with contextlib.suppress(OSError):
             mtime_age = max(0.0, ctx.now - os.stat(src.path).st_mtime)
     last_blank = bool(res.tail) and not res.tail[-1][1].strip()
+    clock = _clock(src, res)
     facts.append(
         reg.make(
             "log.file",
@@ -125,13 +129,13 @@ def _file_facts(ctx: Context, src: LogSource, res: ScanResult, plan: _Plan) -> l
             facts += _kernel_facts(ctx, src, hits)
             continue
         if what == "step_time":
-            facts += _step_time_facts(ctx, src, hits[-1], res, file_rank, file_host)
+            facts += _step_time_facts(ctx, src, hits[-1], res, file_rank, file_host, clock)
             continue
         kept = hits if len(hits) <= 2 * HITS_KEPT else hits[:HITS_KEPT] + hits[-HITS_KEPT:]
         for h in kept:
             rank = lineinfo.rank_of_line(h.text)
             rank = file_rank if rank is None else rank
-            ts = lineinfo.time_of_line(h.text) if src.stream != "kernel" else kernel_log.line_time(h.text)
+            ts = clock.time(h.line_no, h.text) if src.stream != "kernel" else kernel_log.line_time(h.text)
             from_end = max(0, res.total_lines - h.line_no)
             if what == "sig":
                 attrs: dict[str, Any] = {
@@ -199,32 +203,77 @@ def _file_facts(ctx: Context, src: LogSource, res: ScanResult, plan: _Plan) -> l
     return facts
 
 
-def _step_time_facts(
-    ctx: Context, src: LogSource, h: Hit, res: ScanResult, file_rank: int | None, file_host: str
-) -> list[Fact]:
+def _clock(src: LogSource, res: ScanResult) -> lineinfo.FileClock:
+    """Timestamps for this file's lines: a year-less glog stamp (the NCCL watchdog's "[E1201 10:05:33...]") takes
+    its year from the file's dated lines (hits and tail), else from its mtime (reading the file's own metadata
+    is not probing the machine)."""
+    mtime: float | None = None
+    with contextlib.suppress(OSError):
+        mtime = os.stat(src.path).st_mtime
+    return lineinfo.FileClock(lambda: [*((h.line_no, h.text) for h in res.hits), *res.tail], mtime)
+
+
+def _step_seconds(h_groups: dict[str, str], text: str) -> float | None:
     try:
-        value = float(h.groups.get("value", ""))
+        value = float(h_groups.get("value", ""))
     except ValueError:
-        return []
-    unit = h.groups.get("unit") or (h.groups.get("unit_pre") or "").lstrip("_")
-    if unit == "ms" or (not unit and "(ms)" in h.text[:200]):
+        return None
+    unit = h_groups.get("unit") or (h_groups.get("unit_pre") or "").lstrip("_")
+    if unit == "ms" or (not unit and "(ms)" in text[:200]):
         value /= 1000.0
-    rank = lineinfo.rank_of_line(h.text)
-    try:
-        return [
-            ctx.registry.make(
-                "log.step_time",
-                {"seconds": round(value, 6), "from_end": max(0, res.total_lines - h.line_no)},
-                file=src.display,
-                line=h.line_no,
-                text=h.text[:2000],
-                ts=lineinfo.time_of_line(h.text),
-                rank=file_rank if rank is None else rank,
-                host=lineinfo.host_of_line(h.text) or file_host,
-            )
-        ]
-    except FactError:
+    return value
+
+
+def _step_time_facts(
+    ctx: Context,
+    src: LogSource,
+    h: Hit,
+    res: ScanResult,
+    file_rank: int | None,
+    file_host: str,
+    clock: lineinfo.FileClock,
+) -> list[Fact]:
+    """One ``log.step_time`` per rank the file speaks for: ``seconds`` is its last step time, ``extra.series``
+    the (line, seconds) points read in the file's tail (up to ``STEP_SERIES_KEPT``), so that stragglers are
+    judged on a robust statistic of recent steps rather than on one step (collectors/ranks.py)."""
+    last = _step_seconds(h.groups, h.text)
+    if last is None:
         return []
+    series: dict[int | None, list[tuple[int, float]]] = {}
+    lasts: dict[int | None, tuple[int, str, float]] = {}
+    rank = lineinfo.rank_of_line(h.text)
+    rank = file_rank if rank is None else rank
+    lasts[rank] = (h.line_no, h.text, last)
+    for no, text in res.tail:
+        m = _STEP_TIME_RE.search(text)
+        v = _step_seconds({k: x for k, x in m.groupdict().items() if x is not None}, text) if m else None
+        if v is None:
+            continue
+        r = lineinfo.rank_of_line(text)
+        r = file_rank if r is None else r
+        series.setdefault(r, []).append((no, v))
+        if r not in lasts or no > lasts[r][0]:
+            lasts[r] = (no, text, v)
+    out: list[Fact] = []
+    for r, (no, text, value) in lasts.items():
+        points = sorted({*series.get(r, []), (no, value)})[-STEP_SERIES_KEPT:]
+        try:
+            out.append(
+                ctx.registry.make(
+                    "log.step_time",
+                    {"seconds": round(value, 6), "from_end": max(0, res.total_lines - no)},
+                    file=src.display,
+                    line=no,
+                    text=text[:2000],
+                    ts=clock.time(no, text),
+                    rank=r,
+                    host=lineinfo.host_of_line(text) or file_host,
+                    extra={"series": [[n, round(v, 6)] for n, v in points]},
+                )
+            )
+        except FactError:
+            continue
+    return out
 
 
 def _kernel_facts(ctx: Context, src: LogSource, hits: Sequence[Hit]) -> list[Fact]:

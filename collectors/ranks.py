@@ -10,8 +10,8 @@ each rank's first failure, orders them by timestamp and names the culprit:
 - with no root anywhere, a rank that logged nothing while the others timed out is the suspect (it was killed
   or hung), else the earliest cascade.
 
-Derived facts: ``rank.first_failure``, ``rank.straggler`` (step-time outliers), ``rank.stalled`` (ranks whose
-progress stopped first).
+Derived facts: ``rank.first_failure``, ``rank.straggler`` (outliers of each rank's median recent step time),
+``rank.stalled`` (ranks whose progress stopped first).
 """
 
 from __future__ import annotations
@@ -207,38 +207,74 @@ def first_failure_facts(tl: Timeline, reg: FactRegistry) -> list[Fact]:
     )
 
 
+STEP_WINDOW = 20  # the most recent step-time points per rank that its statistic is taken over
+MIN_STEP_POINTS = 3  # a rank is called a straggler only on this many of its own points
+
+
+def _step_series(f: Fact) -> list[tuple[int, float]]:
+    """A ``log.step_time`` fact's (line, seconds) points: its tail series, else its one (last) value."""
+    raw = f.extra.get("series") if isinstance(f.extra, dict) else None
+    pts = [
+        (int(p[0]), float(p[1]))
+        for p in (raw if isinstance(raw, list) else [])
+        if isinstance(p, (list, tuple)) and len(p) == 2 and isinstance(p[1], (int, float)) and p[1] > 0
+    ]
+    return pts or [(f.line or 0, float(f.attrs["seconds"]))]
+
+
 def straggler_facts(
     facts: Sequence[Fact], reg: FactRegistry, min_ranks: int = 4, ratio: float = 1.3
 ) -> list[Fact]:
-    """Ranks whose last step time is an outlier: above ``ratio`` x the median and 5 MADs from it."""
-    per_rank: dict[int, Fact] = {}
+    """Ranks whose typical recent step time is an outlier across ranks.
+
+    Per rank, the median of its last ``STEP_WINDOW`` step-time points (so one slow final step does not make a
+    straggler, and a rank that is slow on every step does); across ranks, a rank is an outlier at ``ratio`` x
+    the median of the ranks' medians and 5 MADs above it, on at least ``MIN_STEP_POINTS`` points of its own.
+    """
+    per_rank: dict[int, tuple[Fact, list[tuple[int, float]]]] = {}
     for f in facts:
-        if (
-            f.kind == "log.step_time"
-            and f.rank is not None
-            and f.rank >= 0
-            and f.attrs.get("seconds", -1) > 0
-        ):
-            per_rank.setdefault(f.rank, f)
+        if f.kind != "log.step_time" or f.rank is None or f.rank < 0 or f.attrs.get("seconds", -1) <= 0:
+            continue
+        pts = _step_series(f)
+        old = per_rank.get(f.rank)
+        if old is None or len(pts) > len(old[1]):  # the same rank in two files: the longer series
+            per_rank[f.rank] = (f, pts)
     if len(per_rank) < min_ranks:
         return []
-    values = [float(f.attrs["seconds"]) for f in per_rank.values()]
-    med = statistics.median(values)
-    mad = statistics.median(abs(v - med) for v in values) or med * 0.01
+    typical = {r: statistics.median(v for _, v in pts[-STEP_WINDOW:]) for r, (_, pts) in per_rank.items()}
+    med = statistics.median(typical.values())
+    mad = statistics.median(abs(v - med) for v in typical.values()) or med * 0.01
     out: list[Fact] = []
-    for r, f in sorted(per_rank.items()):
-        v = float(f.attrs["seconds"])
-        if med > 0 and v >= ratio * med and v - med >= 5 * mad:
+    for r, (f, pts) in sorted(per_rank.items()):
+        v = typical[r]
+        window = pts[-STEP_WINDOW:]
+        if med > 0 and len(window) >= MIN_STEP_POINTS and v >= ratio * med and v - med >= 5 * mad:
+            first_line, last_line = window[0][0], window[-1][0]
             out += _make(
                 reg,
                 "rank.straggler",
-                {"seconds": v, "median_s": round(med, 6), "ratio": round(v / med, 3), "ranks": len(per_rank)},
+                {
+                    "seconds": round(v, 6),
+                    "median_s": round(med, 6),
+                    "ratio": round(v / med, 3),
+                    "ranks": len(per_rank),
+                },
                 file=f.file or "",
                 line=f.line or 0,
-                text=f.text or "",
+                text=(
+                    f"rank {r}: median step time {v:.3f}s over its last {len(window)} steps "
+                    f"(lines {first_line}-{last_line}) vs {med:.3f}s, the median of {len(per_rank)} ranks"
+                ),
                 ts=f.ts,
                 rank=r,
                 host=f.host or "",
+                extra={
+                    "statistic": "median",
+                    "points": len(window),
+                    "window_lines": [first_line, last_line],
+                    "series": [[n, x] for n, x in window],
+                    "last_s": pts[-1][1],
+                },
             )
     return out[:MAX_LISTED]
 
@@ -326,7 +362,17 @@ def report_section(facts: Sequence[Fact]) -> dict[str, Any] | None:
     strag = [f for f in facts if f.kind == "rank.straggler"]
     if strag:
         section["stragglers"] = [
-            {"rank": f.rank, "host": f.host, "ratio": f.attrs["ratio"], "source": f.source} for f in strag
+            {
+                "rank": f.rank,
+                "host": f.host,
+                "ratio": f.attrs["ratio"],
+                "median_step_s": f.attrs["seconds"],
+                "ranks_median_s": f.attrs["median_s"],
+                "points": f.extra.get("points", 1),
+                "window_lines": f.extra.get("window_lines", []),
+                "source": f.source,
+            }
+            for f in strag
         ]
     stalled = [f for f in facts if f.kind == "rank.stalled"]
     if stalled:

@@ -106,6 +106,23 @@ def test_xid79_with_launch_failure_is_hardware(tmp_path: Path) -> None:
         ("12: torch.OutOfMemoryError: CUDA out of memory", 12, ""),
         ("gpu-a17: [rank9]: RuntimeError", 9, "gpu-a17"),
         ("[rank: 4] Epoch 1", 4, ""),
+        # DeepSpeed log_dist / engine lines, both spellings, after the logger's own prefix
+        ("[2024-05-01 12:00:03,120] [INFO] [logging.py:96:log_dist] [Rank 3] step=10, skipped=0", 3, ""),
+        ("[2024-05-01 12:00:03,120] [INFO] [engine.py:100:_configure] [RANK 3] hello", 3, ""),
+        # Megatron's per-rank memory report
+        ("[Rank 6] (after 10 iterations) memory (MB) | allocated: 1234.5 | max allocated: 2345.6", 6, ""),
+        # elastic agent: the failure line and the ChildFailedError summary
+        (
+            "[2024-05-01 12:10:05,000] torch.distributed.elastic.multiprocessing.api: [ERROR] failed "
+            "(exitcode: -9) local_rank: 3 (pid: 4321) of binary: /usr/bin/python",
+            3,
+            "",
+        ),
+        ("  rank      : 11 (local_rank: 3)", 11, ""),
+        # srun --label pads task ids; Open MPI --tag-output
+        (" 7: RuntimeError: CUDA error: unspecified launch failure", 7, ""),
+        ("[1,13]<stderr>:RuntimeError: boom", 13, ""),
+        ("[default2]:[rank10]:[E1201 10:05:33.123456 123 ProcessGroupNCCL.cpp:1234] boom", 10, ""),
         ("step 10 loss 1.0", None, ""),
     ],
 )
@@ -119,7 +136,19 @@ def test_rank_and_host_of_line(line: str, rank: int | None, host: str) -> None:
     [
         ("rank3.log", 3, ""),
         ("logs/train_rank_3_of_8.log", 3, ""),
-        ("slurm-123_4.out", 4, ""),
+        ("rank_3.log", 3, ""),
+        ("log.rank3", 3, ""),
+        ("train-3.log", 3, ""),
+        ("out/train_rank003.log", 3, ""),
+        ("gpt_rank003_of_064.txt", 3, ""),
+        ("slurm-123-4.out", 4, ""),  # slurm-%j-%t.out: %t is SLURM_PROCID
+        ("slurm-123.4.out", 4, ""),
+        ("train-981234-5.log", 5, ""),  # %x-%j-%t.log
+        ("slurm-123_4.out", None, ""),  # slurm-%A_%a.out: an array task, a separate run
+        ("train-2024.log", None, ""),  # a year
+        ("epoch-3.log", None, ""),
+        ("train-981234.log", None, ""),  # a job id
+        ("logs/a1b2_0/attempt_0/5/stdout.log", 5, ""),  # torchrun --log-dir: the local rank's directory
         ("node-017/worker_5.log", 5, "node-017"),
         ("slurm-77-gpu-a17.out", None, "gpu-a17"),
         ("exp2/train.log", None, ""),
