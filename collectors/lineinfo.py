@@ -24,8 +24,10 @@
 (None, 3, None)
 >>> time_of_line("[E1201 10:05:33.5 12 ProcessGroupNCCL.cpp:1234] x", ref=1733011200.0)  # ref: 2024-12-01
 1733047533.5
->>> time_of_line("[rank3]:[E0101 00:00:01.000000 12 f.cc:1] x", ref=1733011200.0)  # January after that December
+>>> time_of_line("[rank3]:[E101 00:00:01.000000001 ProcessGroupNCCL.cpp:1] x", ref=1733011200.0)  # next January
 1735689601.0
+>>> time_of_line("[E1231 23:59:59.5 ProcessGroupNCCL.cpp:1] x", ref=1735776000.0, until_ref=True)  # mtime 2025-01-02
+1735689599.5
 >>> host_of_path("node-017/logs/rank3.log"), host_of_path("slurm-12-gpu-a17.out"), host_of_path("rank3.log")
 ('node-017', 'gpu-a17', '')
 """
@@ -39,7 +41,7 @@ from datetime import datetime, timezone
 
 _RANK_LINE = re.compile(
     r"^\s*\[(?:rank|Rank|RANK)\s?(\d+)\]|^\s*(?:rank|Rank)\s?(\d+)\s*[:|]|\[(?:Rank|rank|RANK) (\d+)\]"
-    r"|\[(?:global )?rank[:=]? ?(\d+)\]|\bRANK=(\d+)\b|\blocal_rank: (\d+) \(pid"
+    r"|\[(?:global )?rank[:=]? ?(\d+)\]|\bRANK=(\d+)\b"
     r"|^\s*rank\s+: (\d+) \(local_rank"  # elastic's ChildFailedError summary: "  rank      : 3 (local_rank: 3)"
     r"|^\[\d+,(\d+)\]<std(?:out|err)>:"  # Open MPI --tag-output (mpirun-launched DeepSpeed/Horovod): [job,rank]
 )
@@ -49,8 +51,15 @@ _LAUNCH_PREFIX = re.compile(
     r"^\s*(?:(\d{1,5}): |\[default(\d+)\]:|\[\d+,(\d+)\]<std(?:out|err)>: ?"
     r"|([A-Za-z][A-Za-z0-9_.-]*[0-9][A-Za-z0-9_.-]*): (?=\S))"
 )
+# Markers of a *local* rank (the process's index on its node): elastic's "local_rank: 2 (pid: ...)". They name
+# the rank only when the file does not (a node's merged log); in rank12.log they are that rank's local index.
+_LOCAL_RANK_LINE = re.compile(r"\blocal_rank: (\d+) \(pid")
 _RANK_TAG = re.compile(r"^\s*\[(?:rank|Rank)\s?\d+\]:\s?")
-_NCCL_PREFIX = re.compile(r"^\s*([A-Za-z0-9_.-]+):(\d+):(\d+) \[(\d+)\] NCCL")
+# NCCL's "host:pid:tid [cudaDev] NCCL ...", newer versions with "file.cc:line (func) " before NCCL and an optional
+# NCCL_DEBUG_TIMESTAMP_FORMAT stamp in front. [cudaDev] is the local GPU index: a local rank (see above).
+_NCCL_PREFIX = re.compile(
+    r"^\s*(?:\[[0-9:. T-]+\] )?([A-Za-z0-9_.-]+):(\d+):(\d+) \[(\d+)\] (?:[\w./-]+:\d+ (?:\([^)]*\) )?)?NCCL "
+)
 _RANK_PATH = re.compile(
     r"(?:^|[^a-z])(?:rank|r|proc|procid|task|worker|local_rank|node_rank)[_-]?(\d+)(?:[^0-9]|$)", re.I
 )
@@ -70,16 +79,18 @@ _SLURM_HOST = re.compile(r"^slurm-\d+-([A-Za-z][A-Za-z0-9.-]*\d)\.(?:out|err)$")
 _TS = re.compile(
     r"^\s*\[?(\d{4}-\d{2}-\d{2})[T ](\d{2}:\d{2}:\d{2})(?:[.,](\d{1,6}))?(Z|[+-]\d{2}:?\d{2})?\]?"
 )
-# glog / c10 logging (PyTorch C++, the NCCL watchdog): "[E1201 10:05:33.123456 12345 ProcessGroupNCCL.cpp:1234] ..."
-# or "E1201 10:05:33.123456 12345 file.cc:12] ...". No year unless glog's log_year_in_prefix ("E20241201 ...").
+# glog / c10 logging (PyTorch C++, the NCCL watchdog): "[rank1]:[E1206 18:44:12.715298746 ProcessGroupNCCL.cpp:607] ..."
+# (c10 pads neither the month nor the thread id in: "[E321 02:07:08.408271257 ...]" is March 21) or glog's
+# "E1201 10:05:33.123456 12345 file.cc:12] ...". No year unless glog's log_year_in_prefix ("E20241201 ...").
 _GLOG = re.compile(
-    r"^\s*\[?[IWEF](\d{4})?(\d\d)(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d{1,6}))?\s+-?\d+\s+[^\s\]]+:\d+\]"
+    r"^\s*\[?[IWEF](\d{4})?(\d{1,2})(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?(?:\s+-?\d+)?\s+[^\s\]]+:\d+\]"
 )
 
 
-def _prefixes(line: str) -> tuple[int | None, str, str]:
-    """(rank from a launcher prefix, host from a launcher prefix, the line without launcher/rank prefixes)."""
+def _prefixes(line: str) -> tuple[int | None, int | None, str, str]:
+    """(global rank from a launcher prefix, local rank from one, host from one, the line without them)."""
     rank: int | None = None
+    local: int | None = None
     host = ""
     rest = line
     for _ in range(3):
@@ -89,32 +100,42 @@ def _prefixes(line: str) -> tuple[int | None, str, str]:
         task, default, mpi, name = m.groups()
         if name and _NCCL_PREFIX.match(rest):
             break
-        number = next((g for g in (task, default, mpi) if g is not None), None)
-        if number is not None:
-            rank = int(number) if rank is None else rank
+        if task is not None or mpi is not None:  # srun --label task id, Open MPI rank: global
+            rank = int(task if task is not None else mpi) if rank is None else rank
+        elif default is not None:  # torchrun --tee "[default3]:" is the local rank
+            local = int(default) if local is None else local
         elif name and not host:
             host = name
         rest = rest[m.end() :]
     m = _RANK_TAG.match(rest)
     if m:
         rest = rest[m.end() :]
-    return rank, host, rest
+    return rank, local, host, rest
 
 
-def rank_of_line(line: str) -> int | None:
-    """The rank a line was printed by: an explicit rank tag wins over a launcher's task prefix."""
-    prefix_rank, _, rest = _prefixes(line)
+def rank_of_line(line: str, file_rank: int | None = None) -> int | None:
+    """The rank a line was printed by: an explicit rank tag, else a launcher's task id, else the rank the file
+    is named for (``file_rank``), else a local-rank marker (torchrun ``[default3]:``, NCCL's ``[cudaDev]``,
+    elastic ``local_rank: 3 (pid``), which equals the rank on one node."""
+    prefix_rank, local, _, rest = _prefixes(line)
     m = _RANK_LINE.search(line[:240])
     if m:
         return int(next(g for g in m.groups() if g is not None))
+    if prefix_rank is not None:
+        return prefix_rank
+    if file_rank is not None:
+        return file_rank
     m = _NCCL_PREFIX.match(rest)
     if m:
         return int(m.group(4))
-    return prefix_rank
+    m = _LOCAL_RANK_LINE.search(line[:240])
+    if m:
+        return int(m.group(1))
+    return local
 
 
 def host_of_line(line: str) -> str:
-    _, host, rest = _prefixes(line)
+    _, _, host, rest = _prefixes(line)
     m = _NCCL_PREFIX.match(rest)
     return m.group(1) if m else host
 
@@ -159,20 +180,21 @@ def host_of_path(path: str) -> str:
     return ""
 
 
-def time_of_line(line: str, ref: float | None = None) -> float | None:
+def time_of_line(line: str, ref: float | None = None, until_ref: bool = False) -> float | None:
     """Leading ISO-like or glog timestamps (after launcher and rank prefixes); zone-less times read as UTC.
 
-    A glog stamp has no year: it takes the year that puts it nearest ``ref`` (a dated line of the same file, or
-    the file's mtime), so December lines of a log written in January get last year. Without ``ref`` it is None.
+    A glog stamp has no year: it takes the year that puts it nearest ``ref`` (a dated line of the same file), or
+    with ``until_ref`` (``ref`` is the file's mtime, when it was last written) the latest year not after it; so
+    December lines of a log written in January get last year. Without ``ref`` it is None.
     """
     m = _TS.match(line)
     rest = None
     if not m:
-        rest = _prefixes(line)[2]
+        rest = _prefixes(line)[3]
         m = _TS.match(rest)
     if not m:
-        g = _GLOG.match(line) or _GLOG.match(rest if rest is not None else _prefixes(line)[2])
-        return _glog_time(g, ref) if g else None
+        g = _GLOG.match(line) or _GLOG.match(rest if rest is not None else _prefixes(line)[3])
+        return _glog_time(g, ref, until_ref) if g else None
     date, clock, frac, zone = m.groups()
     raw = f"{date}T{clock}"
     if frac:
@@ -189,7 +211,7 @@ def time_of_line(line: str, ref: float | None = None) -> float | None:
     return round(dt.timestamp(), 6)
 
 
-def _glog_time(m: re.Match[str], ref: float | None) -> float | None:
+def _glog_time(m: re.Match[str], ref: float | None, until_ref: bool) -> float | None:
     year, mon, day, hh, mi, ss, frac = m.groups()
     if year:
         years = [int(year)]
@@ -198,7 +220,7 @@ def _glog_time(m: re.Match[str], ref: float | None) -> float | None:
     else:
         y = datetime.fromtimestamp(ref, timezone.utc).year
         years = [y - 1, y, y + 1]
-    micro = int(frac.ljust(6, "0")) if frac else 0
+    micro = int(frac[:6].ljust(6, "0")) if frac else 0
     best: float | None = None
     for y in years:
         try:
@@ -207,7 +229,10 @@ def _glog_time(m: re.Match[str], ref: float | None) -> float | None:
             ).timestamp()
         except ValueError:  # Feb 29 in a year without one, or not a date at all
             continue
-        if best is None or (ref is not None and abs(t - ref) < abs(best - ref)):
+        if ref is not None and until_ref:
+            if t <= ref + 86400 and (best is None or t > best):  # a day's slack for zones (stamps are local)
+                best = t
+        elif best is None or (ref is not None and abs(t - ref) < abs(best - ref)):
             best = t
     return round(best, 6) if best is not None else None
 
@@ -225,14 +250,11 @@ class FileClock:
         t = time_of_line(text)
         if t is not None or "] " not in text[:300]:
             return t
-        return time_of_line(text, self._ref(line_no))
-
-    def _ref(self, line_no: int) -> float | None:
         if self._anchors is None:
-            found = {(n, t) for n, s in self._dated_lines() if (t := time_of_line(s)) is not None}
+            found = {(n, ts) for n, s in self._dated_lines() if (ts := time_of_line(s)) is not None}
             self._anchors = sorted(found)
         if not self._anchors:
-            return self.mtime
+            return time_of_line(text, self.mtime, until_ref=True)
         i = bisect.bisect_left(self._anchors, (line_no, float("-inf")))
         near = self._anchors[max(0, i - 1) : i + 1]
-        return min(near, key=lambda a: abs(a[0] - line_no))[1]
+        return time_of_line(text, min(near, key=lambda a: abs(a[0] - line_no))[1])

@@ -133,8 +133,7 @@ def _file_facts(ctx: Context, src: LogSource, res: ScanResult, plan: _Plan) -> l
             continue
         kept = hits if len(hits) <= 2 * HITS_KEPT else hits[:HITS_KEPT] + hits[-HITS_KEPT:]
         for h in kept:
-            rank = lineinfo.rank_of_line(h.text)
-            rank = file_rank if rank is None else rank
+            rank = lineinfo.rank_of_line(h.text, file_rank)
             ts = clock.time(h.line_no, h.text) if src.stream != "kernel" else kernel_log.line_time(h.text)
             from_end = max(0, res.total_lines - h.line_no)
             if what == "sig":
@@ -241,16 +240,14 @@ def _step_time_facts(
         return []
     series: dict[int | None, list[tuple[int, float]]] = {}
     lasts: dict[int | None, tuple[int, str, float]] = {}
-    rank = lineinfo.rank_of_line(h.text)
-    rank = file_rank if rank is None else rank
+    rank = lineinfo.rank_of_line(h.text, file_rank)
     lasts[rank] = (h.line_no, h.text, last)
     for no, text in res.tail:
         m = _STEP_TIME_RE.search(text)
         v = _step_seconds({k: x for k, x in m.groupdict().items() if x is not None}, text) if m else None
         if v is None:
             continue
-        r = lineinfo.rank_of_line(text)
-        r = file_rank if r is None else r
+        r = lineinfo.rank_of_line(text, file_rank)
         series.setdefault(r, []).append((no, v))
         if r not in lasts or no > lasts[r][0]:
             lasts[r] = (no, text, v)
