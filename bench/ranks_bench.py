@@ -66,9 +66,9 @@ def generate(root: Path, ranks: int, mb: float) -> int:
                     "2024-05-01 12:00:00,000 [rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
                     "2.00 GiB. GPU 3 has a total capacity of 79.10 GiB of which 1.20 GiB is free.\n"
                 )
-            else:
+            else:  # PyTorch's c10 logging stamp: no year (taken from the file's dated lines)
                 tail = (
-                    f"2024-05-01 12:10:01,000 [rank{r}]:[E ProcessGroupNCCL.cpp:616] [Rank {r}] Watchdog caught "
+                    f"[rank{r}]:[E501 12:10:01.417282711 ProcessGroupNCCL.cpp:616] [Rank {r}] Watchdog caught "
                     "collective operation timeout: WorkNCCL(SeqNum=8812, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, "
                     "Timeout(ms)=600000) ran for 600049 milliseconds before timing out.\n"
                 )
@@ -94,14 +94,20 @@ def _run(argv: list[str]) -> tuple[float, int, str]:
     return seconds, int(usage.ru_maxrss), text
 
 
-def _check(report: dict) -> list[str]:
+def _check(report: dict, ranks: int) -> list[str]:
     problems = []
     top = report["hypotheses"][0]["id"] if report["hypotheses"] else None
     if top != "gpu_oom":
         problems.append(f"top hypothesis is {top}, not gpu_oom")
-    first = (report.get("ranks") or {}).get("first_failure") or {}
+    block = report.get("ranks") or {}
+    first = block.get("first_failure") or {}
     if first.get("rank") != 3:
         problems.append(f"first failing rank is {first.get('rank')}, not 3")
+    cascades = len(block.get("cascades", [])) + block.get("cascades_omitted", 0)
+    if cascades != ranks - 1:
+        problems.append(f"{cascades} cascades, not {ranks - 1}")
+    if any(c.get("after_first_s") != 601.417 for c in block.get("cascades", [])):
+        problems.append("cascades are not timed 601.417 s after the OOM")
     return problems
 
 
@@ -150,7 +156,7 @@ def main() -> int:
                 )
                 shutil.rmtree(bdir, ignore_errors=True)
             report = json.loads(out)
-            problems = _check(report)
+            problems = _check(report, args.ranks)
             failed |= bool(problems)
             print(
                 f"{mode:8s} {args.ranks} ranks: {secs:.2f}s ({secs / args.ranks * 1000:.1f} ms/rank), "

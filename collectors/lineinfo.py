@@ -117,10 +117,10 @@ def rank_of_line(line: str, file_rank: int | None = None) -> int | None:
     """The rank a line was printed by: an explicit rank tag, else a launcher's task id, else the rank the file
     is named for (``file_rank``), else a local-rank marker (torchrun ``[default3]:``, NCCL's ``[cudaDev]``,
     elastic ``local_rank: 3 (pid``), which equals the rank on one node."""
-    prefix_rank, local, _, rest = _prefixes(line)
     m = _RANK_LINE.search(line[:240])
-    if m:
+    if m:  # the common case, and the metrics parser asks on every metric line: no prefix walk
         return int(next(g for g in m.groups() if g is not None))
+    prefix_rank, local, _, rest = _prefixes(line)
     if prefix_rank is not None:
         return prefix_rank
     if file_rank is not None:
