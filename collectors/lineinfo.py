@@ -42,6 +42,7 @@ from datetime import datetime, timezone
 _RANK_LINE = re.compile(
     r"^\s*\[(?:rank|Rank|RANK)\s?(\d+)\]|^\s*(?:rank|Rank)\s?(\d+)\s*[:|]|\[(?:Rank|rank|RANK) (\d+)\]"
     r"|\[(?:global )?rank[:=]? ?(\d+)\]|\bRANK=(\d+)\b"
+    r"|\[PG (?:ID )?\d+ (?:PG GUID \S+ )?Rank (\d+)\]"  # c10d: "[PG ID 0 PG GUID 0(default_pg) Rank 1]", "[PG 1 Rank 0]"
     r"|^\s*rank\s+: (\d+) \(local_rank"  # elastic's ChildFailedError summary: "  rank      : 3 (local_rank: 3)"
     r"|^\[\d+,(\d+)\]<std(?:out|err)>:"  # Open MPI --tag-output (mpirun-launched DeepSpeed/Horovod): [job,rank]
 )

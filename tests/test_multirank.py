@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -123,12 +124,95 @@ def test_xid79_with_launch_failure_is_hardware(tmp_path: Path) -> None:
         (" 7: RuntimeError: CUDA error: unspecified launch failure", 7, ""),
         ("[1,13]<stderr>:RuntimeError: boom", 13, ""),
         ("[default2]:[rank10]:[E1201 10:05:33.123456 123 ProcessGroupNCCL.cpp:1234] boom", 10, ""),
+        (
+            "[E626 06:24:44.906457629 ProcessGroupNCCL.cpp:1785] [PG ID 0 PG GUID 0(default_pg) Rank 1] Exception "
+            "(either an error or timeout) detected by watchdog at work: 808",
+            1,
+            "",
+        ),
+        (
+            "[E1206 18:44:12.715588844 ProcessGroupNCCL.cpp:1664] [PG 1 Rank 4] Exception (either an error",
+            4,
+            "",
+        ),
+        # NCCL >= 2.23: optional timestamp, then "file.cc:line (function)" before NCCL; [2] is the CUDA device
+        (
+            "[2024-12-01 10:00:02] node-017:51212:51544 [2] misc/strongstream.cc:395 NCCL WARN Cuda failure "
+            "'unspecified launch failure'",
+            2,
+            "node-017",
+        ),
         ("step 10 loss 1.0", None, ""),
     ],
 )
 def test_rank_and_host_of_line(line: str, rank: int | None, host: str) -> None:
     assert lineinfo.rank_of_line(line) == rank
     assert lineinfo.host_of_line(line) == host
+
+
+@pytest.mark.parametrize(
+    ("line", "in_rank12_log"),
+    [
+        ("node-001:51212:51544 [4] NCCL WARN Net : Connection closed by remote peer", 12),  # [4]: CUDA device
+        ("[default4]:RuntimeError: CUDA error: unspecified launch failure", 12),  # torchrun --tee: local rank
+        ("failed (exitcode: 1) local_rank: 4 (pid: 4321) of binary: /usr/bin/python", 12),
+        ("[default4]:[rank12]: RuntimeError: boom", 12),
+        ("[rank9]: RuntimeError: boom", 9),  # an explicit global rank is believed over the file name
+        ("4: RuntimeError: boom", 4),  # srun --label task ids are global
+    ],
+)
+def test_local_rank_markers_yield_to_the_files_rank(line: str, in_rank12_log: int) -> None:
+    """On the second node, rank12.log's NCCL [cudaDev] and torchrun [defaultN] say 4: the file's 12 wins."""
+    assert lineinfo.rank_of_line(line, file_rank=12) == in_rank12_log
+
+
+@pytest.mark.parametrize(
+    ("line", "ref", "until_ref", "iso"),
+    [
+        # c10: month unpadded, 9 fractional digits, no thread id
+        (
+            "[rank4]:[E318 07:39:53.792630246 ProcessGroupNCCL.cpp:616] x",
+            "2025-03-18T07:00:00",
+            False,
+            "2025-03-18T07:39:53.792630",
+        ),
+        # glog with thread id, after an srun label
+        (
+            "3: E1201 10:05:33.123456 12345 file.cc:12] msg",
+            "2024-11-30T00:00:00",
+            False,
+            "2024-12-01T10:05:33.123456",
+        ),
+        # the dated line is in December, the stamp in January: next year
+        (
+            "[E101 00:10:01.5 ProcessGroupNCCL.cpp:616] x",
+            "2024-12-31T23:59:50",
+            False,
+            "2025-01-01T00:10:01.5",
+        ),
+        # mtime in January, stamp in December: last year (never after the mtime)
+        ("[E1231 23:59:58.0 ProcessGroupNCCL.cpp:616] x", "2025-01-02T08:00:00", True, "2024-12-31T23:59:58"),
+        # mtime in December, stamp in March: this year's March, not next year's
+        ("[E318 07:39:53.0 ProcessGroupNCCL.cpp:616] x", "2024-12-01T00:00:00", True, "2024-03-18T07:39:53"),
+        # glog's log_year_in_prefix: the year is given
+        (
+            "I20240501 10:05:33.123456 12345 file.cc:12] msg",
+            "2030-01-01T00:00:00",
+            False,
+            "2024-05-01T10:05:33.123456",
+        ),
+    ],
+)
+def test_glog_stamps_get_a_year(line: str, ref: str, until_ref: bool, iso: str) -> None:
+    def utc(s: str) -> float:
+        return datetime.fromisoformat(s).replace(tzinfo=timezone.utc).timestamp()
+
+    assert lineinfo.time_of_line(line, utc(ref), until_ref) == pytest.approx(utc(iso), abs=1e-6)
+
+
+def test_glog_stamp_without_a_reference_has_no_time() -> None:
+    assert lineinfo.time_of_line("[E1201 10:05:33.5 ProcessGroupNCCL.cpp:616] x") is None
+    assert lineinfo.time_of_line("E1201 is not a stamp] 10:05") is None
 
 
 @pytest.mark.parametrize(
