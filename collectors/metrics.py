@@ -96,30 +96,44 @@ def probe_metrics(ctx: Context) -> ProbeOutput:
         raise ProbeUnavailable("no metrics files or training logs")
     params = dict(getattr(ctx.kb, "params", {}) or {})
     tail_window = int(params.get("completed_tail_lines", 40))
-    sets: list[SeriesSet] = []
+    # Each source is reduced to its trends, its stop reason and a downsampled plot as soon as it is read,
+    # and its series dropped: a thousand ranks' logs then cost the memory of one, not of all of them.
+    per_source: list[tuple[str, list[Trend]]] = []
+    stops: list[str] = []
+    issues: list[str] = []
+    parsers: set[str] = set()
+    plots: dict[str, Any] = {}
+    with_points = 0
+
+    def take(ss: SeriesSet) -> None:
+        nonlocal with_points
+        per_source.append((ss.source, detect(ss, params)))
+        stops.append(ss.stop)
+        issues.extend(ss.issues)
+        if ss.series:
+            with_points += 1
+            parsers.update(ss.parsers)
+            plots.update(_payload([ss]))
+
     for path, display in metric_files:
         ss = read_any(path, display)
         if ss is not None:
-            sets.append(ss)
+            take(ss)
     if logs:
         reader = LineReader()
         for path, display in logs:
-            sets.append(reader.read(path, display, tail_window))
-    per_source = [(ss.source, detect(ss, params)) for ss in sets]
+            take(reader.read(path, display, tail_window))
     merged = merge(per_source)
-    run_end = max((ss.stop for ss in sets), key=lambda s: STOP_PRIORITY.get(s, 0), default="")
+    run_end = max(stops, key=lambda s: STOP_PRIORITY.get(s, 0), default="")
     out = ProbeOutput("metrics")
     for source, t in sorted(merged, key=lambda st: (st[1].metric, st[1].trend, st[0])):
         f = _fact(ctx, source, t, run_end)
         if f is not None:
             out.facts.append(f)
-    with_points = [ss for ss in sets if ss.series]
-    issues = [i for ss in sets for i in ss.issues]
-    parsers = sorted({p for ss in with_points for p in ss.parsers})
     out.detail = (
-        f"{len(with_points)} source(s) with metrics ({', '.join(parsers) or 'none'}); "
+        f"{with_points} source(s) with metrics ({', '.join(sorted(parsers)) or 'none'}); "
         f"{len(out.facts)} trend(s)" + (f"; {'; '.join(issues[:3])}" if issues else "")
     )
-    out.payload["series"] = _payload(with_points)
+    out.payload["series"] = plots
     out.payload["trends"] = [{"source": s, **t.__dict__} for s, t in merged]
     return out
