@@ -546,13 +546,25 @@ class _FileScan:
         if sc._last_idx:
             # Only the last hit is kept (progress lines, one per step): find the segment's last lines for
             # those patterns (_last_ends), and confirm them from the end backwards.
-            for idx, ends in sc._last_ends(seg).items():
+            found = sc._last_ends(seg)
+            for idx in list(found):
                 confirm = (compiled[idx] or sc._comp(idx)).confirm.search
-                for end in reversed(ends):
-                    start = seg.rfind(b"\n", 0, end) + 1
-                    line = seg[start:end]
-                    m = confirm(line)
-                    if m is not None:
+                for attempt in (found[idx], None):
+                    # hyperscan and Python rarely disagree on a line; if no line of the window confirms,
+                    # the whole segment is searched for this pattern before giving up on it.
+                    ends = (
+                        attempt if attempt is not None else sc._last_ends(seg, [idx], whole=True).get(idx, [])
+                    )
+                    hit = None
+                    for end in reversed(ends):
+                        start = seg.rfind(b"\n", 0, end) + 1
+                        line = seg[start:end]
+                        m = confirm(line)
+                        if m is not None:
+                            hit = (start, line, m)
+                            break
+                    if hit is not None:
+                        start, line, m = hit
                         self.counts[idx] += len(ends)  # matching lines in the stretch searched
                         line_no = base + newlines - _count_newlines(seg, start) + 1
                         self.last[idx] = (line_no, line[:_TEXT_BYTES], m.groupdict())
@@ -967,21 +979,25 @@ class Scanner:
         )
         return keys
 
-    def _last_ends(self, seg: bytes) -> dict[int, list[int]]:
+    def _last_ends(
+        self, seg: bytes, only: list[int] | None = None, whole: bool = False
+    ) -> dict[int, list[int]]:
         """Line ends (as in _candidates), ascending, of the keep="last" patterns' matches near the end of
-        `seg`: in its last LAST_WINDOW bytes, and, for the patterns not there, in the rest of it."""
+        `seg`: in its last LAST_WINDOW bytes, and, for the patterns not there, in the rest of it (or in all
+        of it, with `whole`)."""
         assert _hs is not None
         data = seg if seg.endswith(b"\n") else seg + b"\n"
         n = len(data)
-        split = data.rfind(b"\n", 0, n - LAST_WINDOW) + 1 if n > LAST_WINDOW else 0
+        split = data.rfind(b"\n", 0, n - LAST_WINDOW) + 1 if n > LAST_WINDOW and not whole else 0
         ends: dict[int, list[int]] = {}
+        pats = only if only is not None else self._last_idx
 
         def on_match(idx: int, _from: int, to: int, _flags: int, base: object) -> None:
             ends.setdefault(idx, []).append(to - 1 + base)  # type: ignore[operator]
 
-        self._scan_with(self._last_idx, data[split:], on_match, split)
+        self._scan_with(pats, data[split:], on_match, split)
         if split:
-            missing = [i for i in self._last_idx if i not in ends]
+            missing = [i for i in pats if i not in ends]
             if missing:
                 self._scan_with(missing, data[:split], on_match, 0)
         return ends
