@@ -32,6 +32,7 @@ from __future__ import annotations
 import collections
 import functools
 import io
+import json
 import os
 import re
 import stat
@@ -793,6 +794,66 @@ def _hs_database(exprs: list[bytes], ids: list[int], flags: list[int]) -> Any:
     return db
 
 
+def _hyperscan_plan(
+    patterns: Sequence[Pattern],
+) -> tuple[list[int], list[int], dict[int, bytes], set[int]]:
+    """(indices for hyperscan, indices for the Python path, hyperscan expressions, loosened indices).
+
+    Pure in the patterns and this module's code, and a few dozen milliseconds of string work and regex
+    compiles for the packs' signatures, so it goes through the on-disk cache like the databases."""
+    from .. import cache
+
+    key = cache.digest(["plan", _module_digest(), *(f"{p.ignore_case}:{p.keep}:{p.regex}" for p in patterns)])
+    blob = cache.get("hyperscan-plan", key)
+    if blob is not None:
+        try:
+            doc = json.loads(blob)
+            exprs = {int(i): e.encode("latin-1") for i, e in doc["exprs"].items()}
+            return list(doc["hs"]), list(doc["py"]), exprs, set(doc["relaxed"])
+        except (ValueError, KeyError, TypeError, AttributeError):
+            pass
+    hs_idx: list[int] = []
+    py_idx: list[int] = []
+    exprs = {}
+    relaxed: set[int] = set()
+    for i, p in enumerate(patterns):
+        anchored = _line_anchored(p.regex)
+        if not _has_end_anchor(anchored):
+            exprs[i] = _hyperscan_expression(p)
+            hs_idx.append(i)
+            continue
+        # End anchors are left out of hyperscan's form (see _hyperscan_expression): without them it finds a
+        # superset of the lines, and the Python confirmation, which every candidate gets, applies the
+        # anchor. Searching such patterns with Python over every segment cost ~100x.
+        loose = _relax_end_anchors(anchored)
+        if loose is None:
+            py_idx.append(i)
+            continue
+        exprs[i] = _hyperscan_expression(replace(p, regex=loose))
+        hs_idx.append(i)
+        relaxed.add(i)
+    doc = {
+        "hs": hs_idx,
+        "py": py_idx,
+        "exprs": {str(i): e.decode("latin-1") for i, e in exprs.items()},
+        "relaxed": sorted(relaxed),
+    }
+    cache.put("hyperscan-plan", key, json.dumps(doc).encode())
+    return hs_idx, py_idx, exprs, relaxed
+
+
+@functools.cache
+def _module_digest() -> str:
+    """This module's own bytes: a plan computed by other code must not be reused."""
+    import hashlib
+
+    try:
+        with open(__file__, "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()
+    except OSError:
+        return "unknown"
+
+
 class Scanner:
     """Compiled set of patterns; scan files or byte strings with it.
 
@@ -881,26 +942,7 @@ class Scanner:
     def _compile_hyperscan(self) -> tuple[Any, list[int]]:
         """Database for the patterns hyperscan can take, and the indices left to the Python path."""
         assert _hs is not None
-        hs_idx: list[int] = []
-        py_idx: list[int] = []
-        exprs: dict[int, bytes] = {}
-        relaxed: set[int] = set()
-        for i, p in enumerate(self.patterns):
-            anchored = _line_anchored(p.regex)
-            if not _has_end_anchor(anchored):
-                exprs[i] = _hyperscan_expression(p)
-                hs_idx.append(i)
-                continue
-            # End anchors are left out of hyperscan's form (see _hyperscan_expression): without them it
-            # finds a superset of the lines, and the Python confirmation, which every candidate gets,
-            # applies the anchor. Searching such patterns with Python over every segment cost ~100x.
-            loose = _relax_end_anchors(anchored)
-            if loose is None:
-                py_idx.append(i)
-                continue
-            exprs[i] = _hyperscan_expression(replace(p, regex=loose))
-            hs_idx.append(i)
-            relaxed.add(i)
+        hs_idx, py_idx, exprs, relaxed = _hyperscan_plan(self.patterns)
         self._relaxed = relaxed
         flags = {i: _hyperscan_flags(self.patterns[i]) for i in hs_idx}
 

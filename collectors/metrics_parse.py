@@ -84,9 +84,9 @@ class LineParser:
 def line_parsers() -> tuple[tuple[LineParser, ...], tuple[LineParser, ...]]:
     """(metric-line parsers, stop-line parsers) from metric_lines.yaml."""
     text = resources.files("mldebug_rules.collectors").joinpath("metric_lines.yaml").read_text("utf-8")
-    import yaml  # here: parsed once per process, with libyaml when available
+    from .. import cache
 
-    doc = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    doc = cache.yaml_data(text)
     lines = tuple(LineParser(e["id"], e["regex"], parse=e["parse"]) for e in doc["lines"])
     stops = tuple(LineParser(e["id"], e["regex"], stop=e["stop"]) for e in doc["stops"])
     return lines, stops
@@ -156,8 +156,9 @@ class LineReader:
         self.parsers = metric + stops
         self.n_metric = len(metric)
         patterns = [Pattern(p.id, p.regex, False, "all", 1 << 30) for p in self.parsers]
-        self.scanner = Scanner(patterns, tail_lines=0, engine=engine, progress=False)
-        self._confirm = [c.confirm.search for c in self.scanner._compiled]
+        # metric_lines.yaml is ours and tested: compile each parser's Python form on its first candidate.
+        self.scanner = Scanner(patterns, tail_lines=0, engine=engine, progress=False, trusted=True)
+        self._confirm: list[Any] = [None] * len(patterns)
 
     def _matches(self, seg: bytes) -> tuple[list[tuple[int, int, str, dict[str, str]]], int]:
         """([(line number in seg, parser index, text, groups)], lines in seg) for one segment of whole lines.
@@ -189,7 +190,10 @@ class LineReader:
             if done or idx == prev_idx:
                 continue  # first parser wins on a line; duplicate candidates are possible
             prev_idx = idx
-            m = confirm[idx](line)
+            search = confirm[idx]
+            if search is None:
+                search = confirm[idx] = self.scanner._comp(idx).confirm.search
+            m = search(line)
             if m is None:
                 continue
             newlines += seg.count(b"\n", counted_to, end)

@@ -20,6 +20,7 @@ import stat
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 _MAGIC = b"mldebug-cache-1\n"
 
@@ -96,3 +97,28 @@ def put(namespace: str, key: str, payload: bytes) -> bool:
     except OSError:
         return False
     return True
+
+
+def yaml_data(text: str) -> Any:
+    """A data file the package ships, parsed once and then served as JSON from the cache: importing yaml
+    alone costs more than the rest of some probes. Only documents that survive a JSON round trip unchanged
+    are cached (no dates, no integer keys)."""
+    import json
+
+    key = digest(["yaml-data", text])
+    blob = get("yaml-data", key)
+    if blob is not None:
+        try:
+            return json.loads(blob)
+        except ValueError:
+            pass
+    import yaml
+
+    doc = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    try:
+        encoded = json.dumps(doc)
+        if json.loads(encoded) == doc:
+            put("yaml-data", key, encoded.encode())
+    except (TypeError, ValueError):
+        pass
+    return doc

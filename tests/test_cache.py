@@ -107,3 +107,15 @@ def test_hyperscan_database_is_cached(cache_dir: Path) -> None:
         == [(h.pattern, h.line_no) for h in first.hits]
         == [(0, 2)]
     )
+
+
+def test_yaml_data_is_served_as_json_and_only_when_that_is_lossless(cache_dir: Path) -> None:
+    doc = cache.yaml_data("lines:\n  - {id: a, regex: 'x+'}\n")
+    assert doc == {"lines": [{"id": "a", "regex": "x+"}]}
+    assert len(entries(cache_dir, "yaml-data")) == 1
+    assert cache.yaml_data("lines:\n  - {id: a, regex: 'x+'}\n") == doc
+    assert cache.yaml_data("1: one\nwhen: 2024-01-01\n") == {
+        1: "one",
+        "when": __import__("datetime").date(2024, 1, 1),
+    }
+    assert len(entries(cache_dir, "yaml-data")) == 1  # integer keys and dates do not survive JSON
