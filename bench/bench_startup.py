@@ -23,7 +23,16 @@ REPO = Path(__file__).resolve().parents[1]
 
 def timed(cmd: list[str], env: dict[str, str]) -> float:
     t0 = time.perf_counter()
-    subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    # From a neutral directory: in the repository root, `-m mldebug_rules...` would find the source folder
+    # before a regular (non-editable) install.
+    subprocess.run(
+        cmd,
+        env=env,
+        cwd=tempfile.gettempdir(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        check=True,
+    )
     return time.perf_counter() - t0
 
 
@@ -38,8 +47,9 @@ def main(argv: list[str] | None = None) -> int:
         # from source again, which is not what a user's start-up costs.
         print("note: PYTHONDONTWRITEBYTECODE was set; unset for the measured commands")
     py = sys.executable
-    cli = [py, "-m", "mldebug_rules.cli"]
-    diag = [*cli, "diagnose", "--offline", a.run_dir, "--format", "json"]
+    script = Path(py).parent / "mldebug-rules"  # the console script, as a user runs it
+    cli = [str(script)] if script.exists() else [py, "-m", "mldebug_rules.cli"]
+    diag = [*cli, "diagnose", "--offline", str(Path(a.run_dir).resolve()), "--format", "json"]
     cold = timed(diag, env)
     rows = {
         "python -c pass": [py, "-c", "pass"],

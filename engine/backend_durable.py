@@ -11,8 +11,8 @@ Design answers to what was measured about durable-rules 2.0.28 (see docs/engine.
 
 from __future__ import annotations
 
-import copy
 import itertools
+import json
 import os
 import threading
 from collections.abc import Callable, Mapping
@@ -127,7 +127,9 @@ class DurableBackend:
             host = _host()
             if ruleset_name not in _REGISTERED:
                 if ruleset:
-                    host.set_rulesets({ruleset_name: copy.deepcopy(dict(ruleset))})
+                    # set_rulesets mutates what it is given: hand it a copy (a JSON round trip is several
+                    # times faster than deepcopy for this JSON-shaped artefact).
+                    host.set_rulesets({ruleset_name: json.loads(json.dumps(ruleset))})
                 _REGISTERED.add(ruleset_name)
         self._empty = not ruleset
 
