@@ -22,11 +22,11 @@ from __future__ import annotations
 import json
 import os
 import re
-import statistics
 import struct
 from pathlib import Path
 
 from .base import Context, ProbeOutput, ProbeUnavailable
+from .numeric import median
 from .rundir import RunFiles, find_run_files
 
 _TAIL = 66000  # a zip's end-of-central-directory record sits in the last 65,557 bytes
@@ -110,7 +110,7 @@ def probe_checkpoints(ctx: Context) -> ProbeOutput:
         log_written = None if ctx.offline else _last_log_write(files)
         for i, (mtime, rel, size, fmt, problem, suffix) in enumerate(entries):
             earlier = [e[2] for e in entries[:i] if e[5] == suffix and e[2] > 0]
-            ratio = size / statistics.median(earlier) if earlier else -1.0
+            ratio = size / median(earlier) if earlier else -1.0
             if not problem and 0 <= ratio < 0.5:
                 problem = "size_drop"
             attrs = {

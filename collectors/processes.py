@@ -35,7 +35,6 @@ import hashlib
 import itertools
 import os
 import re
-import statistics
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -46,6 +45,7 @@ from ..redact import redact
 from . import lineinfo
 from .base import Context, ProbeOutput, ProbeUnavailable
 from .deadlines import hostname
+from .numeric import median
 from .rundir import find_run_files
 
 # Executables that run training directly or launch it.
@@ -254,7 +254,7 @@ def usual_interval(tail_text: str) -> float:
     gaps = [b - a for a, b in itertools.pairwise(stamps) if b > a]
     if len(stamps) < 3 or not gaps:
         return -1.0
-    return round(float(statistics.median(gaps)), 3)
+    return round(float(median(gaps)), 3)
 
 
 def _read_tail(path: str) -> str:

@@ -16,13 +16,13 @@ Derived facts: ``rank.first_failure``, ``rank.straggler`` (outliers of each rank
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..engine.facts import Fact, FactError, FactRegistry
 from .flightrec import cross_rank
+from .numeric import median
 
 SKEW_S = 30.0  # clocks of different nodes may disagree by this much
 _FAILURE_ROLES = ("root", "cascade")
@@ -241,9 +241,9 @@ def straggler_facts(
             per_rank[f.rank] = (f, pts)
     if len(per_rank) < min_ranks:
         return []
-    typical = {r: statistics.median(v for _, v in pts[-STEP_WINDOW:]) for r, (_, pts) in per_rank.items()}
-    med = statistics.median(typical.values())
-    mad = statistics.median(abs(v - med) for v in typical.values()) or med * 0.01
+    typical = {r: median(v for _, v in pts[-STEP_WINDOW:]) for r, (_, pts) in per_rank.items()}
+    med = median(typical.values())
+    mad = median(abs(v - med) for v in typical.values()) or med * 0.01
     out: list[Fact] = []
     for r, (f, pts) in sorted(per_rank.items()):
         v = typical[r]

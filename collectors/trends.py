@@ -15,13 +15,13 @@ one fires from the parameter's description alone.
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
 
 from .metrics_series import Series, SeriesSet
+from .numeric import median
 
 DEFAULTS: dict[str, float] = {
     "curve_min_points": 8,
@@ -71,7 +71,7 @@ def params_from(kb_params: Mapping[str, Any] | None) -> dict[str, float]:
 
 
 def _med(xs: Sequence[float]) -> float:
-    return statistics.median(xs) if xs else math.nan
+    return median(xs) if xs else math.nan
 
 
 def _pct(xs: Sequence[float], q: float) -> float:

@@ -24,6 +24,7 @@ MODULES = [
     "mldebug_rules.collectors.kernel_log",
     "mldebug_rules.collectors.bundles",
     "mldebug_rules.collectors.deadlines",
+    "mldebug_rules.collectors.numeric",
 ]
 
 
