@@ -26,7 +26,7 @@ import re
 from collections.abc import Iterable, Iterator
 from datetime import datetime, timezone
 from functools import lru_cache
-from importlib import resources
+from pathlib import Path
 from typing import Any
 
 _PREFIX_ISO = re.compile(r"^(\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?)\s")
@@ -73,7 +73,7 @@ def xid_catalog() -> dict[int, dict[str, Any]]:
     """NVIDIA Xid codes, kept as data (``xid_catalog.yaml``), so rules match on the class, not the code."""
     import yaml  # only when a log holds an Xid
 
-    text = resources.files("mldebug_rules.collectors").joinpath("xid_catalog.yaml").read_text("utf-8")
+    text = (Path(__file__).parent / "xid_catalog.yaml").read_text("utf-8")
     data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}
     return {int(e["code"]): e for e in data.get("xids", [])}
 

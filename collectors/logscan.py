@@ -80,6 +80,7 @@ DEFAULT_CHUNK_SIZE = 1 << 20
 BINARY_PROBE = 64 << 10  # binary detection looks at the first 64 KiB of (decompressed) content
 PROGRESS_MIN_BYTES = 256 << 20  # only files larger than this get a progress display (and only on a TTY)
 OFFLOAD_MIN_BYTES = 64 << 20  # scan_paths gives even a single file this big its own process
+INLINE_MAX_BYTES = 16 << 20  # ...and scans files totalling less than this in-process, one after the other
 LAST_WINDOW = 16 << 10  # keep="last" patterns are first looked for in a segment's last 16 KiB
 _COMPRESSED_READ = 256 << 10  # compressed bytes fed per decompress call
 _ZSTD_FEED = 64 << 10  # zstd's decompressobj has no output cap: small inputs keep each output small
@@ -1266,9 +1267,6 @@ def scan_paths(scanner: Scanner, paths: Sequence[str], jobs: int | None = None) 
     GIL.  Largest files are started first so one big log doesn't end up alone at the end.  If worker
     processes cannot be used (sandbox, daemonic parent), threads are used instead.
     """
-    import concurrent.futures  # here: a small diagnosis scans in-process and never needs it (nor logging)
-    import concurrent.futures.process
-
     spaths = [os.fspath(p) for p in paths]
     if not spaths:
         return []
@@ -1276,9 +1274,14 @@ def scan_paths(scanner: Scanner, paths: Sequence[str], jobs: int | None = None) 
     workers = max(1, min(jobs or cpus, len(spaths)))
     # One big file still goes to a worker process when there are cores to spare: the scan then leaves the
     # GIL to the probes running beside it (the metrics probe reads the same log).
-    alone = workers == 1 and not (jobs is None and cpus > 1 and _size_or_zero(spaths[0]) >= OFFLOAD_MIN_BYTES)
-    if alone:
+    total = sum(_size_or_zero(p) for p in spaths)
+    alone = workers == 1 and not (jobs is None and cpus > 1 and total >= OFFLOAD_MIN_BYTES)
+    # Worker processes cost tens of milliseconds to start: small inputs are scanned right here.
+    if alone or (jobs is None and total < INLINE_MAX_BYTES):
         return [scanner.scan_path(p) for p in spaths]
+    import concurrent.futures  # here: a small diagnosis scans in-process and never needs it (nor logging)
+    import concurrent.futures.process
+
     order = sorted(range(len(spaths)), key=lambda i: -_size_or_zero(spaths[i]))
     results: list[ScanResult | None] = [None] * len(spaths)
     try:

@@ -23,7 +23,6 @@ import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -83,7 +82,7 @@ class LineParser:
 @lru_cache(maxsize=1)
 def line_parsers() -> tuple[tuple[LineParser, ...], tuple[LineParser, ...]]:
     """(metric-line parsers, stop-line parsers) from metric_lines.yaml."""
-    text = resources.files("mldebug_rules.collectors").joinpath("metric_lines.yaml").read_text("utf-8")
+    text = (Path(__file__).parent / "metric_lines.yaml").read_text("utf-8")
     from .. import cache
 
     doc = cache.yaml_data(text)

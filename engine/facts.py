@@ -23,7 +23,7 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from importlib import resources
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -110,7 +110,7 @@ class FactRegistry:
     def load(cls) -> FactRegistry:
         import yaml  # imported here: a KB served from the cache never parses YAML
 
-        text = resources.files("mldebug_rules.engine").joinpath("fact_kinds.yaml").read_text("utf-8")
+        text = (Path(__file__).parent / "fact_kinds.yaml").read_text("utf-8")
         return cls(yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)))
 
     def __getstate__(self) -> dict[str, Any]:

@@ -7,6 +7,7 @@ pack's test cases). Every error names ``path:line`` and says what to do, like a 
 from __future__ import annotations
 
 import copy
+import importlib.util
 import json
 import os
 import pickle
@@ -14,7 +15,6 @@ import re
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -127,19 +127,24 @@ class KnowledgeBase:
 def _load_schemas() -> dict[str, Any]:
     import yaml  # imported here: a diagnosis served from the KB cache never needs it
 
-    text = resources.files("mldebug_rules.engine").joinpath("pack_schema.yaml").read_text("utf-8")
+    text = (Path(__file__).parent / "pack_schema.yaml").read_text("utf-8")
     return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
 
 def load_taxonomy() -> dict[str, dict[str, Any]]:
     import yaml
 
-    text = resources.files("mldebug_rules.engine").joinpath("taxonomy.yaml").read_text("utf-8")
+    text = (Path(__file__).parent / "taxonomy.yaml").read_text("utf-8")
     return dict(yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))["diagnoses"])
 
 
 def builtin_pack_dirs() -> list[Path]:
-    root = Path(str(resources.files("mldebug_rules.rules")))
+    # find_spec rather than importlib.resources, which imports tempfile, shutil and more at start-up.
+    spec = importlib.util.find_spec("mldebug_rules.rules")
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    if not locations:
+        return []
+    root = Path(locations[0])
     return sorted(p for p in root.iterdir() if p.is_dir() and (p / "pack.yaml").is_file())
 
 

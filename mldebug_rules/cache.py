@@ -17,7 +17,6 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -83,6 +82,8 @@ def put(namespace: str, key: str, payload: bytes) -> bool:
     try:
         root.mkdir(mode=0o700, parents=True, exist_ok=True)
         folder.mkdir(mode=0o700, exist_ok=True)
+        import tempfile  # only on a miss: it drags in shutil, bz2, lzma and random
+
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")  # created 0600
         try:
             with os.fdopen(fd, "wb") as f:
