@@ -149,25 +149,18 @@ def _signature_hits(d: Diagnosis) -> list[dict[str, Any]]:
     """Every signature hit the logs probe kept, at its exact line, whether or not a hypothesis cites it:
     what a grep over the failure strings would have shown. `count` is the signature's hits in that file
     (the probe keeps the first and last few of a chatty one)."""
-    out = []
-    for f in d.facts:
-        if f.kind == "log.signature" and f.file:
-            out.append(
-                {
-                    "id": f.attrs.get("signature"),
-                    "role": f.attrs.get("role"),
-                    "source": f"{f.file}:{f.line}" if f.line else f.file,
-                    "count": f.attrs.get("count"),
-                    **({"rank": f.rank} if f.rank is not None and f.rank >= 0 else {}),
-                }
-            )
-    out.sort(key=lambda e: (str(e["source"]).rsplit(":", 1)[0], _line_of(str(e["source"])), str(e["id"])))
-    return out
-
-
-def _line_of(source: str) -> int:
-    tail = source.rsplit(":", 1)[-1]
-    return int(tail) if tail.isdigit() else 0
+    hits = [f for f in d.facts if f.kind == "log.signature" and f.file]
+    hits.sort(key=lambda f: (f.file, f.line or 0, str(f.attrs.get("signature"))))
+    return [
+        {
+            "id": f.attrs.get("signature"),
+            "role": f.attrs.get("role"),
+            "source": f.source,
+            "count": f.attrs.get("count"),
+            **({"rank": f.rank} if f.rank is not None and f.rank >= 0 else {}),
+        }
+        for f in hits
+    ]
 
 
 def build(d: Diagnosis) -> dict[str, Any]:
