@@ -71,10 +71,9 @@ _NVRM_EVENTS = (
 @lru_cache(maxsize=1)
 def xid_catalog() -> dict[int, dict[str, Any]]:
     """NVIDIA Xid codes, kept as data (``xid_catalog.yaml``), so rules match on the class, not the code."""
-    import yaml  # only when a log holds an Xid
+    from ..engine.yamlload import load_data  # only when a log holds an Xid
 
-    text = (Path(__file__).parent / "xid_catalog.yaml").read_text("utf-8")
-    data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}
+    data = load_data((Path(__file__).parent / "xid_catalog.yaml").read_text("utf-8")) or {}
     return {int(e["code"]): e for e in data.get("xids", [])}
 
 

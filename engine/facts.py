@@ -108,10 +108,9 @@ class FactRegistry:
 
     @classmethod
     def load(cls) -> FactRegistry:
-        import yaml  # imported here: a KB served from the cache never parses YAML
+        from .yamlload import load_data  # a KB served from the cache never parses YAML
 
-        text = (Path(__file__).parent / "fact_kinds.yaml").read_text("utf-8")
-        return cls(yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)))
+        return cls(load_data((Path(__file__).parent / "fact_kinds.yaml").read_text("utf-8")))
 
     def __getstate__(self) -> dict[str, Any]:
         # Validators are rebuilt on demand; leaving them out keeps cerberus out of a cached KB's unpickling.

@@ -20,7 +20,7 @@ from typing import Any
 
 from .. import cache
 from .facts import FactError, FactRegistry
-from .yamlload import LineDict, YamlError, line_of, load_file
+from .yamlload import LineDict, YamlError, line_of, load_data, load_file
 
 RULES_SCHEMA = "mldebug-rules/rules/v1"
 MAX_PACK_FILES = 200
@@ -125,17 +125,11 @@ class KnowledgeBase:
 
 
 def _load_schemas() -> dict[str, Any]:
-    import yaml  # imported here: a diagnosis served from the KB cache never needs it
-
-    text = (Path(__file__).parent / "pack_schema.yaml").read_text("utf-8")
-    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    return load_data((Path(__file__).parent / "pack_schema.yaml").read_text("utf-8"))
 
 
 def load_taxonomy() -> dict[str, dict[str, Any]]:
-    import yaml
-
-    text = (Path(__file__).parent / "taxonomy.yaml").read_text("utf-8")
-    return dict(yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))["diagnoses"])
+    return dict(load_data((Path(__file__).parent / "taxonomy.yaml").read_text("utf-8"))["diagnoses"])
 
 
 def builtin_pack_dirs() -> list[Path]:

@@ -37,6 +37,15 @@ class LineList(list):
     start_line: int = 0
 
 
+def load_data(text: str) -> Any:
+    """A data file the package ships (no line marks needed), parsed with libyaml when PyYAML has it.
+
+    yaml is imported here, on first use: a diagnosis served from the caches never imports it."""
+    import yaml
+
+    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+
+
 # libyaml's parser (CSafeLoader) when PyYAML was built with it: pack loading is most of a small diagnosis's
 # start-up, and the pure-Python scanner was measured at ~3 s for the built-in packs. Both give node marks.
 # Built on first use: a diagnosis whose packs come from the KB cache never imports yaml.

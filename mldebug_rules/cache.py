@@ -113,9 +113,9 @@ def yaml_data(text: str) -> Any:
             return json.loads(blob)
         except ValueError:
             pass
-    import yaml
+    from .engine.yamlload import load_data
 
-    doc = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    doc = load_data(text)
     try:
         encoded = json.dumps(doc)
         if json.loads(encoded) == doc:

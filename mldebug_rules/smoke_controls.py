@@ -18,10 +18,10 @@ FAILING = ("reproduced", "failed_differently")
 
 @cache
 def controls_table() -> dict[str, Any]:
-    import yaml  # only when a report has control runs
+    from .engine.yamlload import load_data  # only when a report has control runs
 
     text = resources.files("mldebug_rules.engine").joinpath("smoke_controls.yaml").read_text("utf-8")
-    return dict(yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)))
+    return dict(load_data(text))
 
 
 def parse_control(values: Sequence[str]) -> dict[str, str] | None:
