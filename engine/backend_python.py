@@ -15,7 +15,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from .compile import KEEP_PREFIX
+from .compile import KEEP_PREFIX, is_constant_eq, is_join, kind_of, parts
 
 Fact = dict[str, Any]
 Bindings = dict[str, Fact]
@@ -76,48 +76,19 @@ def compile_cond(node: Mapping[str, Any]) -> Cond:
     return eq
 
 
-def _kind_of(node: Mapping[str, Any]) -> str | None:
-    ((key, value),) = node.items()
-    if key == "kind" and isinstance(value, str):
-        return value
-    if key == "$and":
-        for x in value:
-            k = _kind_of(x)
-            if k:
-                return k
-    return None
-
-
-def _is_static(node: Mapping[str, Any]) -> bool:
-    """True when a condition refers to no earlier pattern, so it can be tested once per fact."""
-    ((key, value),) = node.items()
-    if key in ("$and", "$or"):
-        return all(_is_static(x) for x in value)
-    if key in _CMP:
-        ((_, operand),) = value.items()
-        return not isinstance(operand, dict)
-    return not isinstance(value, dict)
-
-
-def _parts(node: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    """A pattern's top-level conjuncts."""
-    return list(node["$and"]) if set(node) == {"$and"} else [node]
-
-
 def _constant_eq(node: Mapping[str, Any]) -> tuple[str, Any] | None:
     """The first top-level `attr == constant` test of a pattern (other than its kind), if any."""
-    for x in _parts(node):
-        ((key, value),) = x.items()
-        if key == "kind" or key.startswith("$") or isinstance(value, (dict, list)):
-            continue
-        return key, value
+    for x in parts(node):
+        if "kind" not in x and is_constant_eq(x):
+            ((key, value),) = x.items()
+            return key, value
     return None
 
 
 def _eq_joins(node: Mapping[str, Any]) -> list[tuple[str, str, str]]:
     """Every top-level `attr == $pattern.attr` join of a pattern: (own attribute, pattern, its attribute)."""
     out = []
-    for x in _parts(node):
+    for x in parts(node):
         ((key, value),) = x.items()
         if not key.startswith("$") and isinstance(value, dict) and len(value) == 1:
             ((ref, attr),) = value.items()
@@ -127,9 +98,9 @@ def _eq_joins(node: Mapping[str, Any]) -> list[tuple[str, str, str]]:
 
 def _split(node: Mapping[str, Any]) -> tuple[str, Cond, Cond | None]:
     """(canonical text of the static part, static part, join part or None) of a pattern's condition."""
-    parts = _parts(node)
-    static = [x for x in parts if _is_static(x)]
-    joins = [x for x in parts if not _is_static(x)]
+    terms = parts(node)
+    static = [x for x in terms if not is_join(x)]  # decided on the fact alone: tested once per fact
+    joins = [x for x in terms if is_join(x)]
     s = compile_cond({"$and": static}) if static else (lambda f, b: True)
     j = compile_cond({"$and": joins}) if joins else None
     return json.dumps(static, sort_keys=True, default=str), s, j
@@ -179,7 +150,7 @@ class PythonBackend:
                 if text not in static_ids:
                     static_ids[text] = len(self._statics)
                     self._statics.append(static)
-                pat = _Pattern(pname, _kind_of(cond), static_ids[text], join)
+                pat = _Pattern(pname, kind_of(cond), static_ids[text], join)
                 pats.append(pat)
                 slot = (len(self._rules), i)
                 key = _constant_eq(cond)

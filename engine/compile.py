@@ -98,12 +98,47 @@ def compile_condition(
 
 
 def _term_rank(term: Mapping[str, Any]) -> int:
-    ((key, value),) = term.items()
-    if key == "kind":
+    if "kind" in term:
         return 0
-    if _is_join(term):
+    if is_join(term):
         return 3
-    return 1 if not key.startswith("$") and not isinstance(value, (dict, list)) else 2
+    return 1 if is_constant_eq(term) else 2
+
+
+# --- reading the compiled condition form (shared by the Python backend and the linter) -----------------
+def parts(cond: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """A pattern's top-level conjuncts."""
+    return list(cond["$and"]) if set(cond) == {"$and"} else [cond]
+
+
+def kind_of(cond: Mapping[str, Any]) -> str | None:
+    """The fact kind a condition tests, if it tests one."""
+    ((key, value),) = cond.items()
+    if key == "kind" and isinstance(value, str):
+        return value
+    if key == "$and":
+        for x in value:
+            k = kind_of(x)
+            if k:
+                return k
+    return None
+
+
+def is_join(term: Mapping[str, Any]) -> bool:
+    """Whether a test refers to another pattern (else it can be decided on the fact alone)."""
+    ((key, value),) = term.items()
+    if key in ("$and", "$or"):
+        return any(is_join(x) for x in value)
+    if key.startswith("$"):
+        ((_, operand),) = value.items()
+        return isinstance(operand, dict)
+    return isinstance(value, dict)
+
+
+def is_constant_eq(term: Mapping[str, Any]) -> bool:
+    """`attr == constant`: what durable-rules hashes in its alpha network."""
+    ((key, value),) = term.items()
+    return not key.startswith("$") and not isinstance(value, (dict, list))
 
 
 def compile_rule(kb: KnowledgeBase, rule: Rule) -> tuple[dict[str, Any], ActionSpec]:
@@ -160,7 +195,7 @@ def compile_kb(kb: KnowledgeBase) -> CompiledRules:
         for body in rules.values()
         for pat in body["all"]
         for cond in pat.values()
-        if (kind := _kind(cond))
+        if (kind := kind_of(cond))
     )
     for kind in sorted(consumed):
         # durable-rules refuses a fact that no rule's tests take in (and silently drops one asserted by an
@@ -174,15 +209,6 @@ def compile_kb(kb: KnowledgeBase) -> CompiledRules:
     digest = hashlib.sha1(json.dumps(rules, sort_keys=True).encode()).hexdigest()[:12]
     # A durable-rules ruleset name can be registered only once per process: name it by content.
     return CompiledRules(name=f"mldebug_{digest}", ruleset=rules, actions=actions, consumed=consumed)
-
-
-def _kind(cond: Mapping[str, Any]) -> str | None:
-    if isinstance(cond.get("kind"), str):
-        return str(cond["kind"])
-    for term in cond.get("$and", ()):
-        if isinstance(term.get("kind"), str):
-            return str(term["kind"])
-    return None
 
 
 def distinct_constants(compiled: CompiledRules) -> dict[str, int]:
@@ -207,16 +233,6 @@ def distinct_constants(compiled: CompiledRules) -> dict[str, int]:
     return {k: len(v) for k, v in sorted(seen.items())}
 
 
-def _is_join(term: Mapping[str, Any]) -> bool:
-    ((key, value),) = term.items()
-    if key in ("$and", "$or"):
-        return any(_is_join(x) for x in value)
-    if key.startswith("$"):
-        ((_, operand),) = value.items()
-        return isinstance(operand, dict)
-    return isinstance(value, dict)
-
-
 def alpha_fanout(compiled: CompiledRules) -> dict[str, int]:
     """The widest list fan-out in durable-rules' alpha network, per path prefix.
 
@@ -231,15 +247,12 @@ def alpha_fanout(compiled: CompiledRules) -> dict[str, int]:
     for rname, body in compiled.ruleset.items():
         for pat in body["all"]:
             for cond in pat.values():
-                terms = list(cond["$and"]) if set(cond) == {"$and"} else [cond]
                 prefix = ""
-                for term in terms:
+                for term in parts(cond):
                     text = json.dumps(term, sort_keys=True)
-                    ((key, value),) = term.items()
-                    hashed = not key.startswith("$") and not isinstance(value, (dict, list))
-                    if _is_join(term):
+                    if is_join(term):
                         text = f"{rname}:{text}"  # joins belong to their rule's beta network
-                    if not hashed:
+                    if not is_constant_eq(term):
                         children.setdefault(prefix, set()).add(text)
                     prefix = f"{prefix}/{text}"
     return {p or "/": len(c) for p, c in children.items()}
