@@ -400,6 +400,17 @@ def _hyperscan_version() -> str:
 # Per-file state: line assembly, matching, bookkeeping
 
 
+def _last_confirmed(seg: bytes, ends: list[int], confirm: Any) -> tuple[int, bytes, re.Match[bytes]] | None:
+    """(line start, line, match) of the last of these line ends whose line `confirm` matches."""
+    for end in reversed(ends):
+        start = seg.rfind(b"\n", 0, end) + 1
+        line = seg[start:end]
+        m = confirm(line)
+        if m is not None:
+            return start, line, m
+    return None
+
+
 class _FileScan:
     """Accumulates one file's results from a stream of arbitrary byte chunks."""
 
@@ -548,29 +559,19 @@ class _FileScan:
         if sc._last_idx:
             # Only the last hit is kept (progress lines, one per step): find the segment's last lines for
             # those patterns (_last_ends), and confirm them from the end backwards.
-            found = sc._last_ends(seg)
-            for idx in list(found):
+            for idx, ends in sc._last_ends(seg).items():
                 confirm = (compiled[idx] or sc._comp(idx)).confirm.search
-                for attempt in (found[idx], None):
+                hit = _last_confirmed(seg, ends, confirm)
+                if hit is None:
                     # hyperscan and Python rarely disagree on a line; if no line of the window confirms,
                     # the whole segment is searched for this pattern before giving up on it.
-                    ends = (
-                        attempt if attempt is not None else sc._last_ends(seg, [idx], whole=True).get(idx, [])
-                    )
-                    hit = None
-                    for end in reversed(ends):
-                        start = seg.rfind(b"\n", 0, end) + 1
-                        line = seg[start:end]
-                        m = confirm(line)
-                        if m is not None:
-                            hit = (start, line, m)
-                            break
-                    if hit is not None:
-                        start, line, m = hit
-                        self.counts[idx] += len(ends)  # matching lines in the stretch searched
-                        line_no = base + newlines - _count_newlines(seg, start) + 1
-                        self.last[idx] = (line_no, line[:_TEXT_BYTES], m.groupdict())
-                        break
+                    ends = sc._last_ends(seg, [idx], whole=True).get(idx, [])
+                    hit = _last_confirmed(seg, ends, confirm)
+                if hit is not None:
+                    start, line, m = hit
+                    self.counts[idx] += len(ends)  # matching lines in the stretch searched
+                    line_no = base + newlines - _count_newlines(seg, start) + 1
+                    self.last[idx] = (line_no, line[:_TEXT_BYTES], m.groupdict())
         nlines = newlines + (1 if unterminated else 0)
         self.lines = base + nlines
         self._keep_tail(seg, nlines, unterminated)
@@ -1274,7 +1275,8 @@ def scan_paths(scanner: Scanner, paths: Sequence[str], jobs: int | None = None) 
     workers = max(1, min(jobs or cpus, len(spaths)))
     # One big file still goes to a worker process when there are cores to spare: the scan then leaves the
     # GIL to the probes running beside it (the metrics probe reads the same log).
-    total = sum(_size_or_zero(p) for p in spaths)
+    sizes = [_size_or_zero(p) for p in spaths]
+    total = sum(sizes)
     alone = workers == 1 and not (jobs is None and cpus > 1 and total >= OFFLOAD_MIN_BYTES)
     # Worker processes cost tens of milliseconds to start: small inputs are scanned right here.
     if alone or (jobs is None and total < INLINE_MAX_BYTES):
@@ -1282,7 +1284,7 @@ def scan_paths(scanner: Scanner, paths: Sequence[str], jobs: int | None = None) 
     import concurrent.futures  # here: a small diagnosis scans in-process and never needs it (nor logging)
     import concurrent.futures.process
 
-    order = sorted(range(len(spaths)), key=lambda i: -_size_or_zero(spaths[i]))
+    order = sorted(range(len(spaths)), key=lambda i: -sizes[i])
     results: list[ScanResult | None] = [None] * len(spaths)
     try:
         with concurrent.futures.ProcessPoolExecutor(
