@@ -56,17 +56,14 @@ def _downsample(xs: list[float], ys: list[float], n: int) -> list[list[float | N
     return [[xs[i], ys[i] if math.isfinite(ys[i]) else None] for i in sorted(keep) if i < len(xs)][: 2 * n]
 
 
-def _payload(sets: list[SeriesSet]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for ss in sets:
-        series = {}
-        for name in PLOT_METRICS:
-            s = ss.get(name)
-            if s is not None:
-                series[name] = _downsample(s.steps, s.values, PLOT_POINTS)
-        if series:
-            out[ss.source] = {"series": series, "step_kind": ss.step_kind}
-    return out
+def _plot(ss: SeriesSet) -> dict[str, Any] | None:
+    """One source's curves for ``diagnose --plot``, downsampled, or None when it has none to draw."""
+    series = {}
+    for name in PLOT_METRICS:
+        s = ss.get(name)
+        if s is not None:
+            series[name] = _downsample(s.steps, s.values, PLOT_POINTS)
+    return {"series": series, "step_kind": ss.step_kind} if series else None
 
 
 def _fact(ctx: Context, source: str, t: Trend, run_end: str) -> Fact | None:
@@ -113,7 +110,9 @@ def probe_metrics(ctx: Context) -> ProbeOutput:
         if ss.series:
             with_points += 1
             parsers.update(ss.parsers)
-            plots.update(_payload([ss]))
+            plot = _plot(ss)
+            if plot is not None:
+                plots[ss.source] = plot
 
     for path, display in metric_files:
         ss = read_any(path, display)
