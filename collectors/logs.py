@@ -345,7 +345,14 @@ def exception_facts(
                 }
                 with contextlib.suppress(FactError):
                     facts.append(
-                        reg.make("exception.frame", fattrs, file=src.display, line=f.log_line, rank=rank)
+                        reg.make(
+                            "exception.frame",
+                            fattrs,
+                            file=src.display,
+                            line=f.log_line,
+                            rank=rank,
+                            text=f.text[:2000],
+                        )
                     )
     return facts
 

@@ -148,6 +148,7 @@ class Frame:
         str  # the top-level package owning the file (torch, PIL, transformers, lightning...), stdlib, user
     )
     log_line: int  # line in the log
+    text: str = ""  # the frame's line as printed
 
 
 @dataclass
@@ -412,6 +413,7 @@ class _Parser:
                 fr = _frame_of(text.strip()[2:], no)
             if fr is not None:
                 frame, ind = fr
+                frame.text = text.strip()
                 if frame.function == "" and i + 1 < n:  # rich wraps "path:N in" / "func" over two lines
                     nxt = _unbox(lines[i + 1][1]).strip()
                     if nxt and " " not in nxt:
