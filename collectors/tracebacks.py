@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import builtins
 import errno as _errno
+import functools
 import os
 import re
 from collections.abc import Iterable, Sequence
@@ -199,6 +200,7 @@ def family_of(qual: str) -> str:
     return ""
 
 
+@functools.lru_cache(maxsize=4096)  # tracebacks repeat the same files (every rank, every step)
 def normalise_path(path: str) -> tuple[str, str]:
     """(module, package) of a traceback path."""
     p = path.strip().replace("\\", "/")
@@ -296,6 +298,8 @@ def _make_exc(qual: str, message: str, line: int, text: str) -> ParsedException:
 
 def _frame_of(text: str, log_line: int) -> tuple[Frame, int] | None:
     """(frame, indentation) if the line is a frame header in any of the known formats."""
+    if "File" not in text and ".py" not in text and " In" not in text and "<ipython" not in text:
+        return None  # most lines of a traceback are code lines: skip the regexes for them
     for rx in (_FRAME_PY, _FRAME_IPY, _FRAME_CELL, _FRAME_OLDIPY, _FRAME_RICH):
         m = rx.match(text)
         if not m:
