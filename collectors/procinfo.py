@@ -133,7 +133,9 @@ def _fd_target(pid: int, fd: int) -> str:
         return ""
 
 
-def _classify_target(pid: int, fd: int, target: str, mounts: Sequence[tuple[str, str]], network: frozenset[str]) -> str:
+def _classify_target(
+    pid: int, fd: int, target: str, mounts: Sequence[tuple[str, str]], network: frozenset[str]
+) -> str:
     if target.startswith("pipe:"):
         return "pipe"
     if target.startswith("socket:"):

@@ -30,7 +30,17 @@ from .base import Context, ProbeOutput, ProbeUnavailable, Runner, runner_of
 from .deadlines import command_timeout, hostname
 from .procinfo import read_proc
 from .rundir import find_run_files
-from .stack_parse import Table, Thread, classify, hot_frame, load_table, main_thread, moved, parse_pyspy_json, role_of
+from .stack_parse import (
+    Table,
+    Thread,
+    classify,
+    hot_frame,
+    load_table,
+    main_thread,
+    moved,
+    parse_pyspy_json,
+    role_of,
+)
 
 SCHEMA = "mldebug-rules/stacks/v1"
 INTERVAL_S = 2.0  # between the two samples: long enough for a working loop to move, short for a 30 s budget
@@ -48,7 +58,9 @@ def find_pyspy() -> str | None:
     return str(beside) if beside.is_file() and os.access(beside, os.X_OK) else None
 
 
-def dump(pyspy: str | None, pid: int, native: bool, run: Runner, timeout_s: float = DUMP_TIMEOUT_S) -> dict[str, Any]:
+def dump(
+    pyspy: str | None, pid: int, native: bool, run: Runner, timeout_s: float = DUMP_TIMEOUT_S
+) -> dict[str, Any]:
     """One py-spy dump: {"status": ok|timeout|no_ptrace|no_pyspy|gone|error, "detail": str, "threads": json}."""
     if not pyspy:
         return {"status": "no_pyspy", "detail": "py-spy is not installed", "threads": None}
@@ -122,9 +134,7 @@ def analyse(rec: Mapping[str, Any], table: Table | None = None) -> list[tuple[di
         # Threads waiting on a lock (read from the native sample: Lock.acquire is a C call, invisible in a
         # Python-only stack) whose Python stack had the same shape in the first sample: stuck there.
         shapes = {t.tid: t.shape() for t in first}
-        lockers = [
-            t for t in second if shapes.get(t.tid) == t.shape() and classify(t, table).wait == "lock"
-        ]
+        lockers = [t for t in second if shapes.get(t.tid) == t.shape() and classify(t, table).wait == "lock"]
         procs_state = [s.get("proc") or {} for s in samples]
         cpu = [float(ps.get("cpu_s", -1.0)) for ps in procs_state]
         cpu_s = round(cpu[1] - cpu[0], 3) if len(cpu) == 2 and min(cpu) >= 0 else -1.0
@@ -203,7 +213,9 @@ def analyse(rec: Mapping[str, Any], table: Table | None = None) -> list[tuple[di
         who = _describe(r["pid"], rank, r["role"], r["worker"], r["ppid"])
         bits = []
         if r["wait_frame"]:
-            bits.append(f"main thread {r['main_state'] or 'seen'}, waiting [{r['wait']}] in {r['wait_frame']}")
+            bits.append(
+                f"main thread {r['main_state'] or 'seen'}, waiting [{r['wait']}] in {r['wait_frame']}"
+            )
         elif r["hot_frame"]:
             bits.append(f"main thread {r['main_state']} in {r['hot_frame']}")
         if r["lock_waiters"] >= 2:
@@ -272,7 +284,8 @@ def record(ctx: Context, interval_s: float = INTERVAL_S) -> dict[str, Any]:
     """Sample the run's processes twice; the recording ``analyse`` reads."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from .processes import _is_launcher, analyse as analyse_processes, live_snapshot
+    from .processes import _is_launcher, live_snapshot
+    from .processes import analyse as analyse_processes
 
     snapshot = live_snapshot()
     by_pid = {int(e["pid"]): e for e in snapshot}
@@ -342,7 +355,9 @@ def probe_stacks(ctx: Context) -> ProbeOutput:
         raise ProbeUnavailable("no process of the run is alive")
     for attrs, text, rank in rows:
         out.facts.append(
-            ctx.registry.make("stack.process", attrs, probe="stacks", text=text, rank=rank if rank >= 0 else None, host=host)
+            ctx.registry.make(
+                "stack.process", attrs, probe="stacks", text=text, rank=rank if rank >= 0 else None, host=host
+            )
         )
     out.payload["stacks"] = rec
     ok = sum(1 for a, _, _ in rows if a["dumps_ok"])
@@ -350,6 +365,8 @@ def probe_stacks(ctx: Context) -> ProbeOutput:
     denied = sum(1 for a, _, _ in rows if a["dump_status"] == "no_ptrace")
     detail = f"{len(rows)} process(es) sampled twice {rec.get('interval_s', INTERVAL_S):g} s apart, {ok} with stacks ({how})"
     if denied:
-        detail += f"; ptrace refused for {denied} (CAP_SYS_PTRACE / kernel.yama.ptrace_scope, see docs/probes.md)"
+        detail += (
+            f"; ptrace refused for {denied} (CAP_SYS_PTRACE / kernel.yama.ptrace_scope, see docs/probes.md)"
+        )
     out.detail = detail
     return out

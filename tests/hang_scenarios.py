@@ -88,7 +88,7 @@ def healthy(run: Path) -> None:
         while time.time() - t0 < 0.4:
             acc += sum(i * i for i in range(2000))
         step += 1
-        _log(run, f"step {step}/1000 loss {2.3 / step ** 0.1:.4f} lr 0.001")
+        _log(run, f"step {step}/1000 loss {2.3 / step**0.1:.4f} lr 0.001")
         time.sleep(0.1)
 
 

@@ -18,7 +18,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-
 from mldebug_rules.collectors.stacks import find_pyspy
 
 HERE = Path(__file__).resolve().parent
@@ -81,8 +80,17 @@ def scenario(name: str, run: Path, fifo: bool = False, ready_timeout: float = 12
 def diagnose_live(run: Path) -> dict:
     t0 = time.monotonic()
     out = subprocess.run(
-        [sys.executable, "-m", "mldebug_rules", "diagnose", str(run), "--format", "json",
-         "--param", f"hang_stack_silence_s={SILENCE_S}"],
+        [
+            sys.executable,
+            "-m",
+            "mldebug_rules",
+            "diagnose",
+            str(run),
+            "--format",
+            "json",
+            "--param",
+            f"hang_stack_silence_s={SILENCE_S}",
+        ],
         capture_output=True,
         text=True,
         timeout=120,
