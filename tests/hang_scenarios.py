@@ -118,14 +118,10 @@ def _free_port() -> int:
 
 
 def gloo(run: Path) -> None:
-    port = _free_port()
-    procs = []
-    for rank in range(2):
-        env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", LOCAL_WORLD_SIZE="2")
-        env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        procs.append(subprocess.Popen([sys.executable, __file__, "gloo_rank", str(run)], env=env))
-    for p in procs:
-        p.wait()
+    """torchrun (its elastic agent) starts the two ranks, as a real job would."""
+    argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2"]
+    argv += ["--master-addr", "127.0.0.1", "--master-port", str(_free_port()), __file__, "gloo_rank", str(run)]
+    subprocess.run(argv, check=False)
 
 
 def gloo_rank(run: Path) -> None:

@@ -265,3 +265,68 @@ def test_with_no_live_process_every_event_is_kept(tmp_path: Path) -> None:
     dmesg = "[ 1000.0] Out of memory: Killed process 77 (python) total-vm:1kB, anon-rss:9kB\n"
     out = probe_kernel_live(_kernel_ctx(tmp_path, [], dmesg, 100_000.0))
     assert [f.attrs["pid"] for f in out.facts if f.kind == "kernel.oom_kill"] == [77]
+
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+STACK_BUNDLES = sorted(FIXTURES.glob("**/hang_stacks_*/node.mldebug.json")) + [
+    FIXTURES / "healthy" / "stacks_slow_trainer" / "node.mldebug.json"
+]
+
+
+@pytest.mark.parametrize("bundle", STACK_BUNDLES, ids=lambda p: p.parent.name)
+def test_recorded_raw_stacks_replay_to_the_bundle_s_facts(bundle: Path) -> None:
+    """`collect` keeps the raw stacks beside the facts, and the analysis of the raw stacks gives those facts."""
+    doc = json.loads(bundle.read_text())
+    assert doc["stacks"]["processes"], "collect wrote no raw stacks"
+    recorded = sorted(
+        (f["attrs"]["pid"], f["attrs"]["wait"], f["attrs"]["moved"], f["attrs"]["lock_waiters"])
+        for f in doc["facts"]
+        if f["kind"] == "stack.process"
+    )
+    replayed = sorted(
+        (a["pid"], a["wait"], a["moved"], a["lock_waiters"]) for a, _t, _r in stacks.analyse(doc["stacks"])
+    )
+    assert recorded == replayed
+
+
+def test_merged_nodes_name_the_rank_outside_the_collective(tmp_path: Path) -> None:
+    """One bundle per node (here the recorded gloo job split by rank, each half on its own host): the merged
+    diagnosis names rank 1, on the other node, as the rank that is not in the collective."""
+    doc = json.loads((FIXTURES / "hang_stacks_gloo_desync" / "node.mldebug.json").read_text())
+    paths = []
+    for rank, host in ((0, "node-a"), (1, "node-b")):
+        part = dict(
+            doc,
+            host=host,
+            facts=[
+                dict(f, host=host)
+                for f in doc["facts"]
+                if f["kind"] != "stack.process" or f.get("rank") == rank
+            ],
+        )
+        part.pop("stacks", None)
+        path = tmp_path / f"{host}.mldebug.json"
+        path.write_text(json.dumps(part))
+        paths.append(str(path))
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mldebug_rules",
+            "diagnose",
+            "--format",
+            "json",
+            "--bundle",
+            paths[0],
+            "--bundle",
+            paths[1],
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    top = json.loads(out.stdout)["hypotheses"][0]
+    assert top["id"] == "distributed_desync"
+    cited = [e for e in top["evidence"] if "rank 1 trainer" in e.get("text", "")]
+    assert cited and "node-b" in cited[0]["source"] and "evaluate (hang_scenarios.py:" in cited[0]["text"]
