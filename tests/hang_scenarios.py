@@ -120,7 +120,15 @@ def _free_port() -> int:
 def gloo(run: Path) -> None:
     """torchrun (its elastic agent) starts the two ranks, as a real job would."""
     argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2"]
-    argv += ["--master-addr", "127.0.0.1", "--master-port", str(_free_port()), __file__, "gloo_rank", str(run)]
+    argv += [
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        str(_free_port()),
+        __file__,
+        "gloo_rank",
+        str(run),
+    ]
     subprocess.run(argv, check=False)
 
 

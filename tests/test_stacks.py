@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from mldebug_rules.collectors import stacks
 from mldebug_rules.collectors.base import CommandResult, Context
 from mldebug_rules.collectors.kernel_live import probe_kernel_live
@@ -145,7 +144,7 @@ def test_malformed_pyspy_output_is_skipped_not_raised() -> None:
     assert parse_pyspy_json({"not": "a list"}) == []
     assert parse_pyspy_json([None, 3, {"frames": [None, {"name": None, "line": "x"}]}])[0].frames[0].line == 0
     rec = {"processes": [{"pid": 5, "samples": [{"status": "ok", "threads": "garbage"}, "junk"]}, "junk"]}
-    attrs, text, _ = stacks.analyse(rec)[0]
+    attrs, _text, _ = stacks.analyse(rec)[0]
     assert attrs["method"] == "py-spy" and attrs["wait"] == ""
 
 
@@ -197,8 +196,9 @@ def test_proc_names_the_fifo_a_reader_blocks_on(tmp_path: Path) -> None:
 
 
 def test_bundle_keeps_the_raw_stacks() -> None:
-    from mldebug_rules.bundle import build_bundle
     from mldebug_rules.collectors.base import ProbeOutput
+
+    from mldebug_rules.bundle import build_bundle
 
     out = ProbeOutput(
         "stacks",
@@ -268,8 +268,9 @@ def test_with_no_live_process_every_event_is_kept(tmp_path: Path) -> None:
 
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
-STACK_BUNDLES = sorted(FIXTURES.glob("**/hang_stacks_*/node.mldebug.json")) + [
-    FIXTURES / "healthy" / "stacks_slow_trainer" / "node.mldebug.json"
+STACK_BUNDLES = [
+    *sorted(FIXTURES.glob("**/hang_stacks_*/node.mldebug.json")),
+    FIXTURES / "healthy" / "stacks_slow_trainer" / "node.mldebug.json",
 ]
 
 
