@@ -331,3 +331,15 @@ def test_merged_nodes_name_the_rank_outside_the_collective(tmp_path: Path) -> No
     assert top["id"] == "distributed_desync"
     cited = [e for e in top["evidence"] if "rank 1 trainer" in e.get("text", "")]
     assert cited and "node-b" in cited[0]["source"] and "evaluate (hang_scenarios.py:" in cited[0]["text"]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="FIFOs")
+def test_a_fifo_named_like_a_checkpoint_is_not_opened(tmp_path: Path) -> None:
+    from mldebug_rules.collectors.checkpoints import probe_checkpoints
+
+    os.mkfifo(tmp_path / "model.bin")
+    (tmp_path / "ok.pt").write_bytes(b"\x80\x02}q\x00.")
+    ctx = Context(registry=FactRegistry.load(), run_dirs=[tmp_path])
+    out = probe_checkpoints(ctx)  # would block forever in open() on the FIFO
+    assert [f.file for f in out.facts] == ["ok.pt"]
+    assert "model.bin: not a regular file" in out.detail
