@@ -116,6 +116,7 @@ class ProcState:
     syscall: str = ""
     blocked_path: str = ""
     blocked_fs: str = ""  # fs type of the mount under blocked_path; fifo, pipe, socket for those
+    blocked_mount: str = ""  # the mount point under blocked_path
     kernel_stack: str = ""
     cpu_s: float = -1.0  # user + system CPU seconds so far
     threads_d: int = 0  # threads in uninterruptible sleep
@@ -170,6 +171,8 @@ def read_proc(pid: int, network: frozenset[str] = frozenset()) -> ProcState:
         target = _fd_target(pid, arg)
         st.blocked_path = target[:500]
         st.blocked_fs = _classify_target(pid, arg, target, mounts, network)
+        if target.startswith("/"):
+            st.blocked_mount = mount_of(target, mounts)[0]
     st.kernel_stack = _read(f"/proc/{pid}/stack", 4096).strip()[:2000]
     st.cpu_s = cpu_seconds(_read(f"/proc/{pid}/stat", 4096))
     try:

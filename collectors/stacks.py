@@ -186,6 +186,7 @@ def analyse(rec: Mapping[str, Any], table: Table | None = None) -> list[tuple[di
                 "silent_s": silent,
                 "_lockers": [f"thread {t.name!r} in {classify(t, table).describe(t)}" for t in lockers],
                 "_details": [s.get("detail") for s in samples if s.get("detail")],
+                "_mount": str(last.get("blocked_mount") or ""),
             }
         )
     # DataLoader workers: numbered by start order under their parent (the order the loader starts them).
@@ -210,6 +211,7 @@ def analyse(rec: Mapping[str, Any], table: Table | None = None) -> list[tuple[di
         lockers = r.pop("_lockers")
         details = r.pop("_details")
         rank = r.pop("rank")  # a provenance attribute every fact has, passed to the registry as such
+        mount = r.pop("_mount")
         who = _describe(r["pid"], rank, r["role"], r["worker"], r["ppid"])
         bits = []
         if r["wait_frame"]:
@@ -229,6 +231,8 @@ def analyse(rec: Mapping[str, Any], table: Table | None = None) -> list[tuple[di
             proc += f", syscall {r['syscall']}"
         if r["blocked_path"]:
             proc += f" on {r['blocked_path']} ({r['blocked_fs'] or 'unknown fs'})"
+            if mount:
+                proc += f", mounted at {mount}"
         bits.append(proc)
         if r["cpu_s"] >= 0:
             bits.append(f"{r['cpu_s']:.2f} s CPU in {r['interval_s']:g} s")
