@@ -101,12 +101,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _request(args: argparse.Namespace) -> Any:
     from .diagnose import Request
+    from .inputs import expand_paths
 
+    run_dirs, bundles = expand_paths(args.run_dirs, getattr(args, "bundle", []))  # globs, several bundles
     return Request(
-        run_dirs=[Path(x) for x in args.run_dirs],
+        run_dirs=run_dirs,
         logs=[Path(x) for x in getattr(args, "log", [])],
         kernel_logs=[Path(x) for x in getattr(args, "kernel_log", [])],
-        bundles=[Path(x) for x in getattr(args, "bundle", [])],
+        bundles=bundles,
         rules_dirs=[Path(x) for x in args.rules],
         offline=bool(getattr(args, "offline", False)),
         params=_params(getattr(args, "param", [])),

@@ -137,6 +137,13 @@ def next_action(d: Diagnosis) -> str:
             "below; rerun the failing step alone (one process, CUDA_LAUNCH_BLOCKING=1) to localise it, and "
             "add a rule for it (`mldebug-rules rules new`)."
         )
+    blocking = [n for n in d.inputs if n.blocking]
+    if blocking:  # named inputs (or whole run directories) that held nothing to read
+        shown = "; ".join(n.text for n in blocking[:3]) + (" ..." if len(blocking) > 3 else "")
+        return (
+            f"Nothing to read in what was named: {shown}. Pass the training log with --log, the kernel log "
+            "with --kernel-log, and bundles written by `mldebug-rules collect` with --bundle."
+        )
     if not d.evidence_seen:
         return "Nothing readable was found: pass the training log with --log and the kernel log with --kernel-log."
     return (
@@ -191,6 +198,8 @@ def build(d: Diagnosis) -> dict[str, Any]:
     ranks = ranks_section(d.facts)  # many ranks/nodes: the first failing rank, and the cascades it caused
     if ranks:
         report["ranks"] = ranks
+    if d.inputs:  # inputs not read (the tool's own outputs) or holding nothing to read
+        report["inputs"] = [n.as_dict() for n in d.inputs]
     if d.kb.warnings:
         report["warnings"] = list(d.kb.warnings)
     from .smoke_controls import report_section  # controls: smoke reruns paired with their baselines
@@ -275,6 +284,8 @@ def to_text(report: dict[str, Any], markdown: bool = False) -> str:
         lines.append(
             f"{bullet}{p['name']}: {p['status']} ({p['facts']} facts){' - ' + p['detail'] if p['detail'] else ''}"
         )
+    for n in report.get("inputs", []):
+        lines.append(f"{bullet}input: {n['text']}")
     lines.append("")
     lines += _rank_lines(report.get("ranks"), bullet, code)
     lines.append(f"{h1}2. Hypotheses (ranked; a hypothesis is not a cause until a smoke confirms it)")
