@@ -150,7 +150,9 @@ def _emit(text: str, out: str | None) -> None:
 
 def cmd_rules(args: argparse.Namespace) -> int:
     from . import rulescmd
+    from .diagnose import check_engine
 
+    check_engine(getattr(args, "engine", None))  # durable-rules that cannot load here: bad usage, exit 2
     return rulescmd.main(args)
 
 
