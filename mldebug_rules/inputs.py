@@ -54,7 +54,7 @@ class InputNote:
     source: str  # the path as the user named it, or as shown in citations
     problem: str  # own_output | empty | no_kernel_lines | not_a_bundle | nothing_found
     text: str  # the line shown in the report
-    blocking: bool  # a named input, or a whole run directory, that gave nothing: never `no_failure`
+    blocking: bool  # a named input that gave nothing: the verdict is never `no_failure`
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -193,7 +193,9 @@ def run_dir_notes(run_dirs: Sequence[Path], runfiles: dict[str, Any]) -> list[In
             found = sum(len(ps) for ps in files.by_role.values())
             detail = f"only {found} empty file(s)" if found else "no log, metrics, checkpoint or bundle file"
             notes.append(
-                InputNote(str(root), "nothing_found", f"{root}: {detail} found; nothing to read", True)
+                # Not blocking by itself: evidence from elsewhere (a bundle, a named log) still counts; with
+                # none, the verdict is `uncertain` anyway (nothing was read).
+                InputNote(str(root), "nothing_found", f"{root}: {detail} found; nothing to read", False)
             )
     return notes
 
