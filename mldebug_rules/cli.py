@@ -174,7 +174,10 @@ def build_parser() -> argparse.ArgumentParser:
     e = sub.add_parser("eval", help="top-1/top-3 accuracy over labelled cases")
     e.add_argument("cases_dir", metavar="CASES_DIR", help="a folder of cases (run directories)")
     e.add_argument(
-        "labels_dir", metavar="LABELS_DIR", nargs="?", help="their labels (default: each case's expected.yaml)"
+        "labels_dir",
+        metavar="LABELS_DIR",
+        nargs="?",
+        help="their labels (default: each case's expected.yaml)",
     )
     e.add_argument("--rules", action="append", default=[], metavar="DIR", help="an extra rule pack")
     e.add_argument("--format", choices=["text", "json"], default="text", help="the summary's format")

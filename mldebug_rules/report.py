@@ -141,9 +141,7 @@ def next_action(d: Diagnosis) -> str:
             "below; rerun the failing step alone (one process, CUDA_LAUNCH_BLOCKING=1) to localise it, and "
             "add a rule for it (`mldebug-rules rules new`)."
         )
-    blocking = [
-        n for n in d.inputs if n.blocking or (n.problem == "nothing_found" and not d.evidence_seen)
-    ]
+    blocking = [n for n in d.inputs if n.blocking or (n.problem == "nothing_found" and not d.evidence_seen)]
     if blocking:  # named inputs (or whole run directories) that held nothing to read
         shown = "; ".join(n.text for n in blocking[:3]) + (" ..." if len(blocking) > 3 else "")
         return (
@@ -240,7 +238,9 @@ def _rank_lines(ranks: dict[str, Any] | None, bullet: str, code: str) -> list[st
         )
         if first.get("exception"):  # the rank's own exception, not only the launcher's line about it
             x = first["exception"]
-            out.append(f"{bullet}  raised by rank {first['rank']}: {code}{x['source']}{code}: {x['text'][:300]}")
+            out.append(
+                f"{bullet}  raised by rank {first['rank']}: {code}{x['source']}{code}: {x['text'][:300]}"
+            )
     cascades = ranks.get("cascades", [])
     if cascades:
         shown = ", ".join(

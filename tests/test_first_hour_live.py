@@ -73,7 +73,9 @@ def test_no_gpu_is_said_plainly_and_is_no_evidence(silent_run: tuple[Path, dict[
     assert res.returncode == 0, res.stderr
     rep = json.loads(res.stdout)
     gpu = next(p for p in rep["probes"] if p["name"] == "gpu")
-    assert gpu["status"] == "unavailable" and gpu["detail"].startswith("no GPU found (no NVML, no nvidia-smi)")
+    assert gpu["status"] == "unavailable" and gpu["detail"].startswith(
+        "no GPU found (no NVML, no nvidia-smi)"
+    )
     assert rep["hypotheses"][0]["id"] == "process_hang"  # the silent live writer still says so
     for h in rep["hypotheses"]:
         for e in h["evidence"]:

@@ -17,8 +17,8 @@ from mldebug_rules.collectors.base import (
     CommandResult,
     Context,
     ProbeOutput,
-    ProbeUnavailable,
     ProbeSpec,
+    ProbeUnavailable,
     run_command,
     run_probes,
 )
