@@ -861,7 +861,7 @@ class Scanner:
 
     engine: "auto" (hyperscan when importable, else pure Python), "python", or "hyperscan" (required).
     chunk_size: bytes read per step (tests use tiny values to force chunk boundaries everywhere).
-    progress: allow the TTY progress display (files > 256 MiB, stderr a TTY); scan_paths' workers disable it.
+    progress: allow the TTY progress bar (files > PROGRESS_MIN_BYTES, stderr a TTY); scan_paths' workers disable it.
     """
 
     def __init__(

@@ -377,7 +377,9 @@ def exception_facts(tl: Timeline, facts: Sequence[Fact], reg: FactRegistry) -> l
         out += _make(
             reg,
             "rank.exception",
-            {"type": exception_type(text), "first": e is tl.first},
+            # `first`: the first failing rank's exception, where no root signature already names its failure
+            # (with one, the root signature's own hypothesis carries the diagnosis).
+            {"type": exception_type(text), "first": e is tl.first and e.role != "root"},
             file=f.file or "",
             line=line,
             text=text[:2000],
