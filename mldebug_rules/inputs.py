@@ -24,6 +24,7 @@ from .collectors.own_outputs import is_own_output, own_output_kind, read_head
 from .errors import UsageError
 
 SNIFF_KERNEL_BYTES = 256 * 1024
+SNIFF_BUNDLE_BYTES = 16 * 2**20  # larger bundles are checked by their first bytes only
 _GLOB_CHARS = re.compile(r"[*?\[]")
 # A kernel log line: dmesg (uptime or -T stamps), journalctl -k (ISO or short), syslog/kern.log, printk
 # levels, or one of the kernel messages the parser reads (journalctl -o cat prints them bare).
@@ -96,17 +97,36 @@ def expand_paths(run_dirs: Sequence[str], bundles: Sequence[str]) -> tuple[list[
 
 
 def is_blank(path: Path, limit: int = 1 << 20) -> bool:
-    """True for an empty or whitespace-only regular file (read up to ``limit`` bytes; compressed files are
-    not blank by this test: the scanner decompresses them)."""
-    try:
-        if path.stat().st_size == 0:
-            return True
-    except OSError:
-        return False
+    """True for an empty or whitespace-only regular file. Reads only until the first visible character
+    (a few bytes for any real log), at most ``limit`` bytes; compressed files are not blank by this test
+    (the scanner decompresses them), and neither is what cannot be opened (the probes report that)."""
+    import stat
+
     if path.name.endswith((".gz", ".zst")):
         return False
-    head = read_head(path, limit)
-    return head != "" and not head.strip() and len(head.encode("utf-8", "replace")) < limit
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return False
+    try:
+        st_ = os.fstat(fd)
+        if not stat.S_ISREG(st_.st_mode):
+            return False
+        if st_.st_size == 0:
+            return True
+        seen = 0
+        while seen < limit:
+            chunk = os.read(fd, 64 * 1024)
+            if not chunk:
+                return True
+            if chunk.strip():
+                return False
+            seen += len(chunk)
+        return False
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def has_kernel_lines(path: Path) -> bool:
@@ -165,10 +185,24 @@ def examine(
 
 
 def _bundle_problem(path: Path) -> str:
+    """Why ``path`` is not a bundle ("" when it is one, or when only the bundle probe can tell: a file that is
+    not a regular one is left to it, under its deadline). Large files are judged by their first bytes, so a
+    big bundle is not parsed twice."""
+    import stat
+
     from .collectors.bundles import BundleError, read_bundle
 
+    try:
+        st_ = path.stat()
+    except OSError:
+        return ""
+    if not stat.S_ISREG(st_.st_mode):
+        return ""
     if is_blank(path):
         return "the file is empty"
+    if st_.st_size > SNIFF_BUNDLE_BYTES:
+        kind = own_output_kind(read_head(path))
+        return "" if kind == "bundle" else "no bundle schema in its first bytes"
     try:
         read_bundle(path)
     except BundleError as e:
@@ -188,7 +222,7 @@ def run_dir_notes(run_dirs: Sequence[Path], runfiles: dict[str, Any]) -> list[In
         prefix = "" if len(run_dirs) == 1 else root.name.rstrip("/") + "/"
         for path, why in files.own_outputs:
             notes.append(_own(prefix + files.rel(path), why))
-        readable = [p for ps in files.by_role.values() for p in ps if not is_blank(p)]
+        readable = any(not is_blank(p) for ps in files.by_role.values() for p in ps)
         if not readable and not files.checkpoint_dirs:
             found = sum(len(ps) for ps in files.by_role.values())
             detail = f"only {found} empty file(s)" if found else "no log, metrics, checkpoint or bundle file"
