@@ -31,7 +31,7 @@ from rich.text import Text
 
 # Continuation lines align under the text after these prefixes (leading spaces are always kept).
 _HANG = re.compile(
-    r"^(\s*(?:[-*] )?(?:\d+\. )?(?:\[[A-Za-z]+\] )?(?:seen: |input: |if [\w ]+: |note: |first failure: )?)"
+    r"^(\s*(?:[-*] )?(?:\d+\. )?(?:\[[A-Za-z]+\] )?(?:seen: |input: |if [\w ]+: |note: |first failure: |raised by rank \d+: )?)"
 )
 _SCROLL = re.compile(r"^(\s{4}\s*\d+  )")  # a scrollback line: "    1042  text"
 _HEAD = re.compile(r"^(#\s*)?mldebug-rules diagnosis: (?P<what>.*)$")

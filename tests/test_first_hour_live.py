@@ -122,3 +122,20 @@ def test_engine_durable_that_cannot_load_is_bad_usage(
     assert err.startswith("mldebug-rules: error: --engine durable: durable-rules cannot be used"), err
     assert len(err.strip().splitlines()) == 1
     assert main(["diagnose", str(run), "--offline", "--engine", "python", "--format", "json"]) == 0
+
+
+def test_no_rule_rests_on_a_probe_that_could_not_run() -> None:
+    """A probe's unavailability (or its own error) is evidence of nothing: no built-in rule may match a
+    `probe.status` other than `timeout` (a hung GPU query is the machine's state, documented in probes.md)."""
+    from mldebug_rules.engine.packs import load_packs
+
+    kb = load_packs(entry_points=False)
+    for rule in kb.rules:
+        for cond in (rule.spec.get("when") or {}).values():
+            if not isinstance(cond, dict) or cond.get("kind") != "probe.status":
+                continue
+            status = (cond.get("match") or {}).get("status")
+            allowed = status == "timeout" or (
+                isinstance(status, dict) and set(status.get("in", [])) <= {"timeout"}
+            )
+            assert allowed and status, f"{rule.where}: rests on probe.status {status!r}"
