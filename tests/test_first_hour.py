@@ -299,3 +299,20 @@ def test_help_on_every_option_and_usage_lines() -> None:
     assert "rules new NAME" in _cli("rules", "--help").stdout
     assert "-- COMMAND" in _cli("smoke", "run", "--help").stdout
     assert "-- COMMAND" in _cli("--help").stdout and "docs/cli.md" in _cli("--help").stdout
+
+
+def test_user_docs_stand_on_their_own() -> None:
+    """docs/cli.md covers the CLI, exit codes, the report schema and the run-directory conventions; the README
+    points there; no user document sends a clone's reader to ../shared."""
+    cli_md = (REPO / "docs" / "cli.md").read_text()
+    for needed in (
+        "## Exit codes",
+        "mldebug-rules/report/v1",
+        "## Run directories",
+        "-- COMMAND",
+        "NO_COLOR",
+    ):
+        assert needed in cli_md, needed
+    assert "docs/cli.md" in (REPO / "README.md").read_text()
+    for doc in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        assert "../shared" not in doc.read_text() and "CONTRACT.md" not in doc.read_text(), doc
