@@ -14,6 +14,7 @@ from typing import Any
 
 from . import __version__
 from .errors import UsageError
+from .smoke_args import add_smoke_commands
 
 
 class _Parser(argparse.ArgumentParser):
@@ -62,26 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--strict", action="store_true")
     r.add_argument("--engine", choices=["auto", "durable", "python"], default=None)
 
-    s = sub.add_parser("smoke", help="plan, run and record smokes")
-    s.add_argument("action", choices=["plan", "run", "record"])
-    s.add_argument("run_dir", metavar="RUN_DIR")
-    s.add_argument("--hypothesis", metavar="ID")
-    s.add_argument("--outcome", choices=["confirmed", "refuted", "inconclusive"])
-    s.add_argument("--note", default="")
-    s.add_argument("--smoke", default="", help="the smoke id that was run")
-    s.add_argument("--timeout", type=float, default=600.0)
-    s.add_argument("--control", action="append", default=[], metavar="NAME=VALUE")
-    s.add_argument("--cmd", default=None, help="the run's command line, when the logs do not record it")
-    s.add_argument("--rules", action="append", default=[], metavar="DIR")
-    s.add_argument("--format", choices=["text", "json"], default="text", help="smoke plan's output")
-    # `smoke run ... -- COMMAND [ARG...]`: main() cuts the argv at the first `--` before parsing (argparse's
-    # REMAINDER would swallow the options that follow RUN_DIR), so the command reaches the runner verbatim.
-    s.set_defaults(argv=[])
-
-    g = sub.add_parser("gate", help="exit 0 only if the claimed cause is smoke-confirmed")
-    g.add_argument("run_dir", metavar="RUN_DIR")
-    g.add_argument("--claim", required=True, metavar="ID")
-    g.add_argument("--rules", action="append", default=[], metavar="DIR")
+    add_smoke_commands(sub)  # smoke plan|run|record and gate
 
     c = sub.add_parser("collect", help="record the probes' facts into a replayable bundle")
     c.add_argument("run_dirs", nargs="*", metavar="RUN_DIR")
