@@ -87,6 +87,13 @@ def _role(rec: Mapping[str, Any]) -> str:
     return str(role) if role in ("baseline", "change") else ""
 
 
+def _summary(rec: Mapping[str, Any]) -> str:
+    if rec.get("kind") != "run":
+        return str(rec.get("summary", ""))
+    role = _role(rec) or "run"
+    return f"{role}: {rec.get('command', '')} -> {rec.get('classification', '')}"
+
+
 def _last_byte(path: Path) -> bytes:
     with path.open("rb") as fh:
         fh.seek(-1, os.SEEK_END)
@@ -124,6 +131,6 @@ def _fact(registry: Any, rec: Mapping[str, Any]) -> Any:
         origin="smoke",
         file=f"{STATE_DIR}/{STATE_FILE}",
         line=_seq(rec),
-        text=str(rec.get("note", "") or rec.get("summary", ""))[:500],
+        text=str(rec.get("note", "") or _summary(rec))[:500],
         extra={k: rec[k] for k in ("command", "control", "classification", "note") if k in rec},
     )

@@ -279,7 +279,7 @@ def _plan_controls(
                     break
                 if fallback is None and cand["needs_code_change"]:
                     fallback = cand
-            if fallback is None and notes:  # e.g. "the run is already a single process"
+            if notes:  # the control's variable does not exist in this run ("already a single process")
                 entry.update(applicable=False, reason=notes[0])
                 out.append(entry)
                 continue
