@@ -49,10 +49,7 @@ def main() -> int:
             print('  File "stand_in_trainer.py", line 50, in main', file=sys.stderr)
             print(OOM.format(need=0.5 * a.batch_size), file=sys.stderr, flush=True)
             return 1
-        if a.nan_at and step >= a.nan_at and a.lr > 0:
-            loss = math.nan
-        else:
-            loss = loss * (1 - min(a.lr, 0.5) * 0.1)
+        loss = math.nan if a.nan_at and step >= a.nan_at and a.lr > 0 else loss * (1 - min(a.lr, 0.5) * 0.1)
         print(f"step {step} | loss {loss:.4f} | lr {a.lr}", flush=True)
         if math.isnan(loss):
             print("ValueError: Loss is NaN, stopping training", file=sys.stderr, flush=True)
