@@ -434,13 +434,23 @@ def _plan_text(p: Mapping[str, Any]) -> str:
 
 
 # --- run ------------------------------------------------------------------------------------------
-def _original_signatures(kb: KnowledgeBase, h: Hypothesis | None, hid: str) -> list[str]:
-    """What 'the same failure again' means: the signatures the diagnosis cited for this hypothesis, else
-    the signatures the packs associate with it."""
-    cited = sorted(
-        {str(f.attrs["signature"]) for f in (h.evidence if h else []) if f.kind == "log.signature"}
+def _original_signatures(kb: KnowledgeBase, g: GateResult, hid: str) -> list[str]:
+    """What 'the same failure again' means: the signatures the diagnosis cited for this hypothesis; for an
+    alternative of a refuted hypothesis, the ones cited for that hypothesis (the run's failure is the same);
+    else the signatures the packs associate with it."""
+
+    def cited(hs: Sequence[Hypothesis]) -> list[str]:
+        return sorted(
+            {str(f.attrs["signature"]) for h in hs for f in h.evidence if f.kind == "log.signature"}
+        )
+
+    h = _find(g, hid)
+    refuted = [x for x in g.hypotheses if x.status == "refuted" and hid in x.alternatives]
+    return (
+        cited([h] if h else [])
+        or cited(refuted)
+        or sorted(s.id for s in kb.signatures if hid in s.hypotheses)
     )
-    return cited or sorted(s.id for s in kb.signatures if hid in s.hypotheses)
 
 
 def _save_output(run_dir: Path, ex: Execution, stamp: str) -> str:
@@ -479,7 +489,7 @@ def run(args: argparse.Namespace) -> int:
     if args.smoke and args.smoke not in kb.smokes:
         raise UsageError(f"--smoke {args.smoke}: unknown smoke id")
     sid = args.smoke or (sids[0] if sids else "")
-    original = _original_signatures(kb, h, hid)
+    original = _original_signatures(kb, d.gate, hid)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     before = read_records(run_dir)
     ex = run_command(argv, float(args.timeout), signature_scanner(kb))

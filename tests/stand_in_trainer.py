@@ -6,6 +6,7 @@ fails the way a real trainer does:
   traceback on stderr, exit 1);
 - --nan-at N makes the loss NaN from step N on (the trainer then stops: "Loss is NaN, stopping training");
   with --lr 0 the loss never moves, so it stays finite;
+- --disk-full fails saving its first checkpoint (ENOSPC);
 - --no-train exits 0 before the training loop (a script that never trains proves nothing).
 """
 
@@ -32,6 +33,7 @@ def main() -> int:
     p.add_argument("--fits", type=int, default=1, help="the largest batch that fits in memory")
     p.add_argument("--nan-at", type=int, default=0)
     p.add_argument("--resume", default="")
+    p.add_argument("--disk-full", action="store_true")
     p.add_argument("--no-train", action="store_true")
     a = p.parse_args()
     print(f"config: batch_size={a.batch_size} max_steps={a.max_steps} lr={a.lr}", flush=True)
@@ -51,6 +53,9 @@ def main() -> int:
             return 1
         loss = math.nan if a.nan_at and step >= a.nan_at and a.lr > 0 else loss * (1 - min(a.lr, 0.5) * 0.1)
         print(f"step {step} | loss {loss:.4f} | lr {a.lr}", flush=True)
+        if a.disk_full:
+            print("OSError: [Errno 28] No space left on device: 'checkpoints/step_1.pt'", file=sys.stderr)
+            return 1
         if math.isnan(loss):
             print("ValueError: Loss is NaN, stopping training", file=sys.stderr, flush=True)
             return 1
