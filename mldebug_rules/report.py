@@ -228,7 +228,7 @@ def build(d: Diagnosis) -> dict[str, Any]:
         "probes": probes,
         "next_action": next_action(d),
         "leads": list(d.gate.leads),
-        "next_smoke": _next_smoke(d),
+        "next_smoke": _next_smoke(d) if d.gate.verdict != "cause" else None,
         "engine": {"rules": d.engine.backend, "scanner": d.scanner, "ruleset": d.compiled.name},
         "scrollback": _scrollback(d),
         "signatures": _signature_hits(d),

@@ -46,8 +46,6 @@ from .smoke_recipe import (
     split_command,
 )
 
-__all__ = ["map_outcome", "smokes_for"]
-
 MAX_PLANNED = 3  # leading hypotheses shown by `smoke plan`
 TOOL = "mldebug-rules"
 PLAN_SCHEMA = "mldebug-rules/smoke-plan/v1"
@@ -544,6 +542,11 @@ def _report_run(run_dir: str, rec: Mapping[str, Any], g: GateResult, spec: Mappi
         f"({code}, {rec['duration_s']:.1f}s; {rec['why']})"
     )
     pair = next((p for p in g.pairs if _seq_of(p, rec)), None)
+    if _find(g, hid) is None and rec["role"] != "control":
+        print(
+            f"  note: nothing in the evidence raised {hid}: a pair can confirm it only once it is an "
+            "alternative of a refuted hypothesis"
+        )
     if rec["role"] == "baseline":
         if rec["classification"] == "reproduced":
             print(f"  baseline #{rec['seq']} reproduced the original failure: it counts.")
