@@ -300,15 +300,12 @@ def _rank_lines(ranks: dict[str, Any] | None, bullet: str, code: str) -> list[st
     return [*out, ""]
 
 
-def pair_lines(p: Mapping[str, Any], indent: str) -> list[str]:
-    """A pair in text: both commands, the argv difference, both outcomes, and what it decided."""
-    head = {
-        "confirmed": "CONFIRMED",
-        "refuted": "refuted",
-        "inconclusive": "inconclusive",
-        "incomplete": "incomplete",
-    }.get(p["outcome"], p["outcome"])
-    lines = [f"{indent}pair for {p['hypothesis']} ({p['smoke'] or 'no smoke declared'}): {head}: {p['why']}"]
+def pair_lines(p: Mapping[str, Any], indent: str, first: str | None = None) -> list[str]:
+    """A pair in text: both commands, the argv difference, both outcomes, and what it decided. ``first``
+    prefixes the first line instead of ``indent`` (a markdown bullet)."""
+    head = {"confirmed": "CONFIRMED"}.get(p["outcome"], p["outcome"])
+    smoke = p["smoke"] or "no smoke declared"
+    lines = [f"{indent if first is None else first}pair for {p['hypothesis']} ({smoke}): {head}: {p['why']}"]
     for label, half in (("baseline", p["baseline"]), ("change", p["change"])):
         if half is None:
             lines.append(f"{indent}  {label + ':':9} missing")
@@ -326,7 +323,7 @@ def _pair_section(smokes: dict[str, Any] | None, h1: str, bullet: str) -> list[s
         return []
     lines = [f"{h1}Smoke pairs (a baseline that reproduces, then a one-variable change)"]
     for p in smokes["pairs"]:
-        lines += pair_lines(p, bullet)
+        lines += pair_lines(p, "  " if bullet == "- " else bullet, first=bullet)
     return [*lines, ""]
 
 

@@ -122,16 +122,24 @@ _INTERPRETER_VERSION = re.compile(r"[0-9.]+$")
 
 
 def program_of(argv: Sequence[str]) -> str:
-    """What a command runs: its launcher or interpreter and its script (or module), without the options
-    between them and without environment assignments; a pair must run the same one in both halves."""
+    """What a command runs: its launcher or interpreter and its script (or module, or `-c` code), without
+    the options between them and without environment assignments; a pair must run the same one in both
+    halves."""
     sp = split_command(list(argv))
-    if not sp.head:
+    tokens = sp.head + sp.args
+    if not tokens:
         return ""
-    prog = _INTERPRETER_VERSION.sub("", os.path.basename(sp.head[0])) or os.path.basename(sp.head[0])
-    if sp.script_at <= 0:
-        return prog
-    script = sp.head[sp.script_at]
-    return f"{prog} {os.path.normpath(script) if script.endswith('.py') else script}"
+    prog = _INTERPRETER_VERSION.sub("", os.path.basename(tokens[0])) or os.path.basename(tokens[0])
+    script = sp.head[sp.script_at] if sp.script_at > 0 else ""
+    if script.endswith(".py"):
+        return f"{prog} {os.path.normpath(script)}"
+    if sp.script_at > 0 and sp.head[sp.script_at - 1] == "-m":
+        return f"{prog} -m {script}"
+    if "-c" in tokens[1:-1]:  # `python -c CODE [ARG...]`: the code is the script
+        return f"{prog} -c {tokens[tokens.index('-c', 1) + 1]}"
+    # Not Python: the program and the first file it is given (`bash run.sh --bs 1`), if any.
+    first = next((t for t in tokens[1:] if not t.startswith("-") and ("." in t or "/" in t)), "")
+    return f"{prog} {os.path.normpath(first)}" if first else prog
 
 
 def _onset_inputs(d: Diagnosis) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:

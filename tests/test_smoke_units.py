@@ -574,6 +574,11 @@ def test_program_of_ignores_options_and_environment() -> None:
     assert program_of(["torchrun", "--nproc_per_node", "8", "./train.py", "--x"]) == "torchrun train.py"
     assert program_of(["torchrun", "--nproc_per_node", "1", "train.py"]) == "torchrun train.py"
     assert program_of(["true"]) == "true"
+    assert program_of(["bash", "run.sh", "--bs", "32"]) == program_of(["bash", "./run.sh", "--bs", "1"])
+    assert program_of(["./train.sh", "--bs", "32"]) == "train.sh"
+    assert program_of(["python", "-c", "print(1)"]) != program_of(["python", "-c", "print(2)"])
+    assert program_of(["python", "-c", "print(1)", "x"]) != program_of(["python", "-c", "print(2)", "y"])
+    assert program_of(["python", "-m", "pkg.train", "a=1"]) == "python -m pkg.train"
     assert program_of(["python", "other.py"]) != program_of(["python", "train.py"])
 
 
