@@ -14,6 +14,7 @@ from typing import Any
 
 from . import __version__
 from .errors import UsageError
+from .smoke_args import add_smoke_commands
 
 
 class _Parser(argparse.ArgumentParser):
@@ -130,36 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="test: the rule engine the cases run on",
     )
 
-    s = sub.add_parser(
-        "smoke",
-        help="plan, run and record smokes",
-        usage="mldebug-rules smoke plan RUN_DIR [--hypothesis ID]\n"
-        "       mldebug-rules smoke run RUN_DIR --hypothesis ID [--timeout S] -- COMMAND [ARG...]\n"
-        "       mldebug-rules smoke record RUN_DIR --hypothesis ID --outcome OUTCOME --note TEXT",
-    )
-    s.add_argument("action", choices=["plan", "run", "record"], help="plan, run or record a smoke")
-    s.add_argument("run_dir", metavar="RUN_DIR", help="the run directory (state goes to RUN_DIR/.mldebug/)")
-    s.add_argument("--hypothesis", metavar="ID", help="the hypothesis the smoke tests")
-    s.add_argument(
-        "--outcome", choices=["confirmed", "refuted", "inconclusive"], help="record: what the smoke showed"
-    )
-    s.add_argument("--note", default="", help="record: how the result was obtained")
-    s.add_argument("--smoke", default="", help="the smoke id that was run")
-    s.add_argument("--timeout", type=float, default=600.0, help="run: kill the command after this many s")
-    s.add_argument(
-        "--control", action="append", default=[], metavar="NAME=VALUE", help="run: a control's setting"
-    )
-    s.add_argument("--cmd", default=None, help="the run's command line, when the logs do not record it")
-    s.add_argument("--rules", action="append", default=[], metavar="DIR", help="an extra rule pack")
-    s.add_argument("--format", choices=["text", "json"], default="text", help="smoke plan's output")
-    # `smoke run ... -- COMMAND [ARG...]`: main() cuts the argv at the first `--` before parsing (argparse's
-    # REMAINDER would swallow the options that follow RUN_DIR), so the command reaches the runner verbatim.
-    s.set_defaults(argv=[])
-
-    g = sub.add_parser("gate", help="exit 0 only if the claimed cause is smoke-confirmed")
-    g.add_argument("run_dir", metavar="RUN_DIR", help="the run directory whose smokes are checked")
-    g.add_argument("--claim", required=True, metavar="ID", help="the hypothesis id claimed as the cause")
-    g.add_argument("--rules", action="append", default=[], metavar="DIR", help="an extra rule pack")
+    add_smoke_commands(sub)  # smoke plan|run|record and gate
 
     c = sub.add_parser("collect", help="record the probes' facts into a replayable bundle")
     c.add_argument("run_dirs", nargs="*", metavar="RUN_DIR", help="a training run's directory")

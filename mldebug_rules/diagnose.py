@@ -136,7 +136,7 @@ def diagnose(
     facts += rank_facts(facts, kb.registry)  # across ranks: first failure, stragglers, stalls
     result = run_rules(compiled, kb.registry, facts, req.engine)
     hyps = rank(kb, result.firings, result.facts)
-    gate = apply_smokes(kb, hyps, facts)
+    gate = apply_smokes(kb, hyps, facts, trust_recorded=bool(req.options.get("trust_recorded")))
     evidence_seen = any(
         f.kind.startswith(_EVIDENCE_KINDS) and not (f.kind == "log.file" and f.file in blank) for f in facts
     )

@@ -7,6 +7,7 @@ quotes its evidence as ``file:line`` (or the probe's name). Output is determinis
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from .collectors.ranks import report_section as ranks_section
@@ -78,7 +79,11 @@ def _hypothesis(d: Diagnosis, h: Hypothesis, first_rank: int | None = None) -> d
         e = _evidence(f, first_rank)
         if not any(x["source"] == e["source"] and x["text"] == e["text"] for x in evidence):
             evidence.append(e)  # one line cited by two facts (a signature and the timeline) shows once
-    evidence += [_evidence(f) for f in h.smoke_results]
+    for f in h.smoke_results:
+        e = _evidence(f)
+        if f.attrs.get("role") == "record":
+            e["recorded"] = True  # typed in by hand, counted because the caller trusted recorded results
+        evidence.append(e)
     out: dict[str, Any] = {
         "id": h.id,
         "score": h.score,
@@ -95,6 +100,9 @@ def _hypothesis(d: Diagnosis, h: Hypothesis, first_rank: int | None = None) -> d
         out["evidence_omitted"] = len(h.evidence) - MAX_EVIDENCE
     if h.explained_by:
         out["explained_by"] = list(h.explained_by)
+    recorded = [r for r in d.gate.recorded if r.hypothesis == h.id]
+    if recorded:
+        out["recorded"] = [_recorded(r, d.gate.trust_recorded) for r in recorded]
     if info.get("remediation"):
         out["remediation"] = dict(info["remediation"])
     if info.get("runbook"):
@@ -102,6 +110,36 @@ def _hypothesis(d: Diagnosis, h: Hypothesis, first_rank: int | None = None) -> d
     if not h.failure:
         out["failure"] = False
     return out
+
+
+def _next_smoke(d: Diagnosis) -> dict[str, Any] | None:
+    """The smoke that settles the lead (the gate's first lead), if one is declared."""
+    if not d.gate.leads:
+        return None
+    lead = d.gate.leads[0]
+    sid = next((h.smoke for h in d.gate.hypotheses if h.id == lead), None)
+    return smoke_block(d, sid or d.kb.hypothesis_info(lead).get("smoke"))
+
+
+def _recorded(r: Any, trusted: bool) -> dict[str, Any]:
+    """A result typed in with `smoke record`: shown, marked, and counted only when trusted."""
+    return {
+        "outcome": r.outcome,
+        "note": r.note,
+        "source": r.source,
+        "counted": trusted and r.outcome != "inconclusive",
+    }
+
+
+def _smokes_section(d: Diagnosis) -> dict[str, Any] | None:
+    g = d.gate
+    if not g.pairs and not g.recorded:
+        return None
+    return {
+        "pairs": [p.to_dict() for p in g.pairs],
+        "recorded": [{"hypothesis": r.hypothesis, **_recorded(r, g.trust_recorded)} for r in g.recorded],
+        "not_decided": dict(sorted(g.not_decided.items())),
+    }
 
 
 def next_action(d: Diagnosis) -> str:
@@ -115,24 +153,29 @@ def next_action(d: Diagnosis) -> str:
         if done:
             return f"No failure found: {d.kb.hypothesis_info(done[0].id).get('title', done[0].id)}. Nothing to fix."
         return "No failure evidence in what was read. If the run still misbehaves, probe it live (without --offline)."
-    live = [h for h in hyps if h.status == "hypothesis" and h.failure]
-    if live:
-        top = live[0]
-        smoke = d.kb.smokes.get(top.smoke or "")
-        what = smoke["description"].rstrip(".") if smoke else (top.smoke or "a discriminating smoke")
-        return (
-            f"Do not claim a cause yet. Run the smoke for {top.id}: {what}; then record it with "
-            f"`mldebug-rules smoke record RUN_DIR --hypothesis {top.id} --outcome confirmed|refuted`."
-        )
     refuted = [h for h in hyps if h.status == "refuted" and h.failure]
-    if refuted:  # smokes ruled out everything the rules raised: the refuted ones' alternatives come next
-        ids = ", ".join(h.id for h in refuted)
-        alts = [a for h in refuted for a in h.alternatives if a not in {x.id for x in hyps}]
-        nxt = f" Their alternatives come next ({', '.join(dict.fromkeys(alts))}): " if alts else " "
+    if g.leads:
+        lead = g.leads[0]
+        sid = next((h.smoke for h in hyps if h.id == lead), None) or d.kb.hypothesis_info(lead).get("smoke")
+        smoke = d.kb.smokes.get(sid or "")
+        what = smoke["description"].rstrip(".") if smoke else (sid or "a discriminating smoke")
+        why = ""
+        if refuted:
+            alt_of = [h.id for h in refuted if lead in h.alternatives]
+            why = f"Smokes refuted {', '.join(h.id for h in refuted)}; " + (
+                f"the lead is now {lead}, an alternative of {', '.join(alt_of)}. "
+                if alt_of
+                else f"the lead is now {lead}. "
+            )
         return (
-            f"Smokes refuted {ids}; no live hypothesis is left.{nxt}"
-            "`mldebug-rules smoke plan RUN_DIR` lists the smokes that settle them."
+            f"{why}Do not claim a cause yet. Settle {lead} with a smoke pair ({what}): first "
+            f"`mldebug-rules smoke run RUN_DIR --hypothesis {lead} --baseline -- COMMAND` (the unchanged "
+            "command; it must reproduce the failure), then the one-variable change without --baseline. "
+            "`mldebug-rules smoke plan RUN_DIR` prints both commands."
         )
+    if refuted:  # smokes ruled out everything, and nothing is left to smoke
+        ids = ", ".join(h.id for h in refuted)
+        return f"Smokes refuted {ids}; no live hypothesis or untested alternative is left."
     if d.unexplained:
         f = d.unexplained[0]  # a log.tail fact whose scrollback holds a traceback
         where = f.file or f.probe or f.kind
@@ -195,6 +238,8 @@ def build(d: Diagnosis) -> dict[str, Any]:
         "hypotheses": [_hypothesis(d, h, _first_rank(d)) for h in d.gate.hypotheses],
         "probes": probes,
         "next_action": next_action(d),
+        "leads": list(d.gate.leads),
+        "next_smoke": _next_smoke(d) if d.gate.verdict != "cause" else None,
         "engine": {"rules": d.engine.backend, "scanner": d.scanner, "ruleset": d.compiled.name},
         "scrollback": _scrollback(d),
         "signatures": _signature_hits(d),
@@ -206,6 +251,9 @@ def build(d: Diagnosis) -> dict[str, Any]:
         report["inputs"] = [n.as_dict() for n in d.inputs]
     if d.kb.warnings:
         report["warnings"] = list(d.kb.warnings)
+    smokes = _smokes_section(d)  # smoke pairs (baseline, change) and results recorded by hand
+    if smokes:
+        report["smokes"] = smokes
     from .smoke_controls import report_section  # controls: smoke reruns paired with their baselines
 
     controls = report_section(d.request.run_dirs)
@@ -273,6 +321,46 @@ def _rank_lines(ranks: dict[str, Any] | None, bullet: str, code: str) -> list[st
     return [*out, ""]
 
 
+def outcome_lines(outcomes: Mapping[str, Any], indent: str) -> list[str]:
+    """What each outcome of a smoke's change would mean (the report and `smoke plan` say it alike)."""
+    lines = []
+    for name, o in outcomes.items():
+        bits = [f"confirms {', '.join(o['confirms'])}"] if o.get("confirms") else []
+        bits += [f"refutes {', '.join(o['refutes'])}"] if o.get("refutes") else []
+        if name == "timed_out":
+            bits = ["decides nothing"]
+        meaning = f" - {o['meaning']}" if o.get("meaning") not in (None, "", "inconclusive") else ""
+        lines.append(f"{indent}if the change {name}: {'; '.join(bits) or 'inconclusive'}{meaning}")
+    return lines
+
+
+def pair_lines(p: Mapping[str, Any], indent: str, first: str | None = None) -> list[str]:
+    """A pair in text: both commands, the argv difference, both outcomes, and what it decided. ``first``
+    prefixes the first line instead of ``indent`` (a markdown bullet)."""
+    head = {"confirmed": "CONFIRMED"}.get(p["outcome"], p["outcome"])
+    smoke = p["smoke"] or "no smoke declared"
+    lines = [f"{indent if first is None else first}pair for {p['hypothesis']} ({smoke}): {head}: {p['why']}"]
+    for label, half in (("baseline", p["baseline"]), ("change", p["change"])):
+        if half is None:
+            lines.append(f"{indent}  {label + ':':9} missing")
+        else:
+            why = f" ({half['reason']})" if half.get("reason") else ""
+            lines.append(f"{indent}  {label + ':':9} #{half['seq']} {half['command']}")
+            lines.append(f"{indent}  {'':9} -> {half['classification']}{why}")
+    if p["argv_diff"]:
+        lines.append(f"{indent}  argv difference: {'; '.join(p['argv_diff'])}")
+    return lines
+
+
+def _pair_section(smokes: dict[str, Any] | None, h1: str, bullet: str) -> list[str]:
+    if not smokes or not smokes.get("pairs"):
+        return []
+    lines = [f"{h1}Smoke pairs (a baseline that reproduces, then a one-variable change)"]
+    for p in smokes["pairs"]:
+        lines += pair_lines(p, "  " if bullet == "- " else bullet, first=bullet)
+    return [*lines, ""]
+
+
 def to_json(report: dict[str, Any]) -> str:
     return json.dumps(report, indent=2, sort_keys=False, ensure_ascii=False) + "\n"
 
@@ -311,6 +399,15 @@ def to_text(report: dict[str, Any], markdown: bool = False) -> str:
         for e in h["evidence"]:
             # Whole: the terminal renderer wraps it, and `--no-wrap` keeps it on one line (report.py caps it).
             lines.append(f"{bullet}   seen: {code}{e['source']}{code}: {e['text']}")
+        for r in h.get("recorded", []):
+            counted = (
+                "counted (trusted)"
+                if r["counted"]
+                else "not counted: gate counts it only with --trust-recorded"
+            )
+            lines.append(
+                f"{bullet}   recorded by hand: {r['outcome']} ({code}{r['source']}{code}, {counted}): {r['note'][:200]}"
+            )
         if h.get("alternatives"):
             lines.append(f"{bullet}   alternatives not ruled out: {', '.join(h['alternatives'])}")
         if h.get("remediation") and i <= 3:
@@ -320,19 +417,16 @@ def to_text(report: dict[str, Any], markdown: bool = False) -> str:
             lines.append(f"{bullet}   false positive if: {rem.get('false_positive', '')}")
     lines.append("")
     lines.append(f"{h1}3. Smoke to run next")
-    top = next((h for h in report["hypotheses"] if h["status"] == "hypothesis" and h.get("smoke")), None)
-    if top:
-        s = top["smoke"]
-        lines.append(f"{bullet}{code}{s['id']}{code}: {s['description']}")
-        for name, o in s.get("outcomes", {}).items():
-            bits = []
-            if o.get("confirms"):
-                bits.append("confirms " + ", ".join(o["confirms"]))
-            if o.get("refutes"):
-                bits.append("refutes " + ", ".join(o["refutes"]))
-            lines.append(
-                f"{bullet}   if {name}: {'; '.join(bits) or 'inconclusive'}{' - ' + o['meaning'] if o.get('meaning') else ''}"
-            )
+    s = report.get("next_smoke")
+    if s:
+        lines.append(
+            f"{bullet}for {code}{report['leads'][0]}{code}: {code}{s['id']}{code}: {s['description']}"
+        )
+        lines.append(
+            f"{bullet}   as a pair: the unchanged command with --baseline (it must reproduce the failure), "
+            "then the one-variable change"
+        )
+        lines += outcome_lines(s.get("outcomes", {}), f"{bullet}   ")
     else:
         lines.append(f"{bullet}none needed" if verdict != "uncertain" else f"{bullet}no smoke proposed")
     lines.append("")
@@ -341,6 +435,7 @@ def to_text(report: dict[str, Any], markdown: bool = False) -> str:
             f"![training curves]({report['plot']})" if markdown else f"curves plotted: {report['plot']}"
         )
         lines.append("")
+    lines += _pair_section(report.get("smokes"), h1, bullet)
     from .smoke_controls import text_lines as _control_lines
 
     lines += _control_lines(report.get("controls"), markdown)
