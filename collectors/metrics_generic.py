@@ -72,6 +72,7 @@ _NOT_METRICS = re.compile(
     r"\.(?:py|cc|cpp|h|cu|c|rs|go|java|js)$|^(?:rank|local_rank|pid|tid|node|gpu|device|worker|line|port|seed|v_num|version)$",
     re.I,
 )
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # colour codes (torchtitan, rich) would glue onto the names
 _MEM_NAME = re.compile(r"mem|alloc", re.I)
 _TIME_UNITS = {"ms": 1e-3, "us": 1e-6, "s": 1.0}
 _BYTES = {"k": 1.0 / 1024, "m": 1.0, "g": 1024.0, "t": 1024.0 * 1024}
@@ -120,6 +121,8 @@ def _x(counters: dict[str, tuple[int, int | None, int | None, int | None]]) -> f
 
 def parse_generic(text: str) -> tuple[dict[str, float], dict[str, float]]:
     """(metric name -> value, {"x": step} when the line has a counter)."""
+    if "\x1b" in text:
+        text = _ANSI.sub("  ", text)
     counters: dict[str, tuple[int, int | None, int | None, int | None]] = {}
     for m in _COUNTER.finditer(text):
         kind = m.group("kind").lower()

@@ -319,6 +319,13 @@ def _plateau(loss: Series, p: Mapping[str, float]) -> list[Trend]:
         return []
     spread = (_pct(half, 0.9) - _pct(half, 0.1)) / abs(level)
     drop = (_med(head) - level) / abs(_med(head)) if _med(head) else 0.0
+    # Never better on the way: a loss that fell well below this level and climbed back diverged (or recovered
+    # from a spike); that is the divergence detector's business, not a loss that does not decrease.
+    first = ys[: len(ys) // 2]
+    tenth = max(1, len(first) // 5)
+    best = min(_med(first[i : i + tenth]) for i in range(0, len(first), tenth)) if first else level
+    if best < level - abs(level) * p["plateau_min_drop"]:
+        return []
     flat = spread <= p["plateau_rel_range"] and drop < p["plateau_min_drop"]
     # Stuck at its initial value: however noisy, the loss ends where it began (neither better nor worse).
     stuck = abs(drop) <= p["stuck_rel_tol"]
