@@ -95,6 +95,7 @@ def test_skipped_steps_panel_without_a_loss_scale_series() -> None:
 def test_train_and_val_share_one_panel_and_windows_have_their_own_colours(kb: object) -> None:
     pytest.importorskip("matplotlib")
     import matplotlib.pyplot as plt
+
     from mldebug_rules.diagnose import Request, diagnose
     from mldebug_rules.plot import choose_panels, figure
 
@@ -115,6 +116,7 @@ def test_each_detected_window_gets_a_distinct_colour(kb: object) -> None:
     pytest.importorskip("matplotlib")
     import matplotlib.pyplot as plt
     from matplotlib.colors import to_hex
+
     from mldebug_rules.diagnose import Request, diagnose
     from mldebug_rules.plot import figure
 
