@@ -25,6 +25,7 @@ Named formats stay data in metric_lines.yaml; this reads the rest. A line gives 
 from __future__ import annotations
 
 import re
+from typing import Any
 
 _QUAL = (
     r"(?:train|training|val|valid|validation|eval|test|dev|avg|average|mean|running|max|min|peak|grad|"
@@ -50,6 +51,8 @@ _COUNTER = re.compile(
     r"(?:\s*\[\s*(?P<b>\d+)\s*/\s*(?P<bs>\d+)\s*\])?",
     re.I,
 )
+# Counter words, any case: a cheap test before the counter regex (most lines of a long log have none).
+_COUNTER_HINT = re.compile(r"(?i:step|iter|epoch|update)")
 _VAL_HEAD = re.compile(
     r"(?<!\w)(?:val|valid|validation|validating|eval|evaluation|evaluating|test|testing)(?!\w)", re.I
 )
@@ -119,45 +122,187 @@ def _x(counters: dict[str, tuple[int, int | None, int | None, int | None]]) -> f
     return None
 
 
+# A span of the line: (start, end).
+_Span = tuple[int, int]
+
+
+def _analyse(text: str) -> tuple[dict[str, tuple[_Span, ...]], list[tuple[_Span, _Span, str]], bool]:
+    """Where the line's counters, names and values are: ({kind: (n, of, b, bs) spans}, [(name span, value span,
+    unit)] in order, whether the line reports validation). Spans of absent parts are (-1, -1)."""
+    none = (-1, -1)
+    counters: dict[str, tuple[_Span, ...]] = {}
+    if _COUNTER_HINT.search(text):
+        for m in _COUNTER.finditer(text):
+            kind = m.group("kind").lower()
+            if kind not in counters:
+                counters[kind] = tuple(m.span(g) if m.group(g) else none for g in ("n", "of", "b", "bs"))
+    pairs: list[tuple[_Span, _Span, str]] = []
+    names: set[str] = set()
+    head_end = -1
+    for m in _PAIR.finditer(text):
+        name = m.group("name")
+        if name.lower() in _COUNTER_NAMES or _NOT_METRICS.search(name) or name in names:
+            continue
+        names.add(name)
+        head_end = m.start() if head_end < 0 else head_end
+        pairs.append((m.span("name"), m.span("num"), m.group("unit") or ""))
+    if "/s" in text and "throughput" not in names:
+        rate = _RATE.search(text)
+        if rate is not None:
+            pairs.append((none, rate.span(1), ""))
+            head_end = rate.start() if head_end < 0 else head_end
+    val = bool(pairs) and head_end > 0 and _VAL_HEAD.search(text, 0, head_end) is not None
+    return counters, pairs, val
+
+
+def _counter_int(raw: str) -> int:
+    if raw.isdigit():
+        return int(raw)
+    raw = raw.replace(",", "")
+    return int(raw) if raw.isdigit() else int(float(raw))
+
+
+def _parse_slow(text: str) -> tuple[dict[str, float], dict[str, float]]:
+    if "\x1b" in text:
+        text = _ANSI.sub("  ", text)
+    counters, pairs, val = _analyse(text)
+    out: dict[str, float] = {}
+    for (ns, ne), (vs, ve), unit in pairs:
+        name = text[ns:ne] if ns >= 0 else "throughput"
+        value = _number(text[vs:ve])
+        if value is not None:
+            out[name] = _scaled(name, value, unit)
+    return _finish(
+        out,
+        val,
+        {k: tuple(None if a < 0 else _counter_int(text[a:b]) for a, b in c) for k, c in counters.items()},
+    )
+
+
+def _finish(
+    out: dict[str, float], val: bool, counters: dict[str, tuple[int | None, ...]]
+) -> tuple[dict[str, float], dict[str, float]]:
+    if val:
+        # "[eval] step 40: loss=..." / "Test: [10/196] ... Loss ...": the line reports validation metrics.
+        out = {(k if _QUALIFIED_VAL.match(k) else "val_" + k): v for k, v in out.items()}
+    x = _x(counters)  # type: ignore[arg-type]
+    return out, ({"x": x} if x is not None else {})
+
+
+# --- the plan cache ------------------------------------------------------------------------------------------
+# A long log prints the same few line shapes millions of times with new numbers. The line's template (the text
+# with every number token replaced) fixes where the counters, names, units and values are, so the analysis is
+# done once per template and replayed on the next lines' number tokens. Tokens exclude the sign (a sign is part
+# of the template: "step -5" is not a counter); a value that is not a token (nan, inf) is a constant of the
+# template. A token is any run of digits (with inner dots and commas, and an exponent), even inside a word: a name
+# such as "Acc@1" or "layer2_loss" is then replayed from its pieces. A template whose analysis does not fall on
+# token boundaries ("loss 2." read as "2.") is not cached: its lines are read the slow way.
+_TOKEN = re.compile(r"(\d(?:[\d.,]*\d)?(?:[eE][-+]?\d+)?)")
+_PLANS: dict[str, Any] = {}
+_MAX_PLANS = 4096
+_UNCACHEABLE = object()
+# A name: literal text pieces and token indices ("Acc@1" -> ("Acc@", 0)).
+_Name = tuple[str | int, ...]
+
+
+def _plan(text: str, parts: list[str]) -> Any:
+    starts: dict[int, tuple[int, int]] = {}
+    pos = 0
+    for i, piece in enumerate(parts):
+        if i % 2:
+            starts[pos] = (i // 2, pos + len(piece))
+        pos += len(piece)
+
+    def token_at(a: int, b: int) -> int | None:
+        hit = starts.get(a)
+        return hit[0] if hit is not None and hit[1] == b else None
+
+    def name_of(a: int, b: int) -> _Name | None:
+        pieces: list[str | int] = []
+        cur = a
+        for st in sorted(k for k in starts if a <= k < b):
+            idx, end = starts[st]
+            if end > b:
+                return None
+            if st > cur:
+                pieces.append(text[cur:st])
+            pieces.append(idx)
+            cur = end
+        if cur < b:
+            pieces.append(text[cur:b])
+        return tuple(pieces)
+
+    counters, pairs, val = _analyse(text)
+    cplan: dict[str, tuple[int | None, ...]] = {}
+    for kind, spans in counters.items():
+        refs = []
+        for a, b in spans:
+            if a < 0:
+                refs.append(None)
+                continue
+            idx = token_at(a, b)
+            if idx is None:
+                return _UNCACHEABLE
+            refs.append(idx)
+        cplan[kind] = tuple(refs)
+    mplan: list[tuple[str | _Name, int | None, float, float, str]] = []  # (name, token, sign, constant, unit)
+    for (ns, ne), (vs, ve), unit in pairs:
+        pieces = name_of(ns, ne) if ns >= 0 else ("throughput",)
+        if pieces is None:
+            return _UNCACHEABLE
+        # a name without digits is replayed as is; one with digits from its pieces
+        name: str | _Name = pieces[0] if len(pieces) == 1 and isinstance(pieces[0], str) else pieces
+        sign = 1.0
+        if text[vs] in "+-":
+            sign = -1.0 if text[vs] == "-" else 1.0
+            vs += 1
+        idx = token_at(vs, ve)
+        if idx is None:
+            if any(c.isdigit() for c in text[vs:ve]):
+                return _UNCACHEABLE
+            const = _number(text[vs:ve])
+            if const is None:
+                return _UNCACHEABLE
+            mplan.append((name, None, sign, sign * const, unit))
+        else:
+            mplan.append((name, idx, sign, 0.0, unit))
+    return cplan, mplan, val
+
+
 def parse_generic(text: str) -> tuple[dict[str, float], dict[str, float]]:
     """(metric name -> value, {"x": step} when the line has a counter)."""
     if "\x1b" in text:
         text = _ANSI.sub("  ", text)
-    counters: dict[str, tuple[int, int | None, int | None, int | None]] = {}
-    for m in _COUNTER.finditer(text):
-        kind = m.group("kind").lower()
-        if kind not in counters:
-            of, b, bs = m.group("of"), m.group("b"), m.group("bs")
-            counters[kind] = (
-                int(m.group("n").replace(",", "")),
-                int(of) if of else None,
-                int(b) if b else None,
-                int(bs) if bs else None,
-            )
+    parts = _TOKEN.split(text)
+    template = "\0".join(parts[0::2])
+    plan = _PLANS.get(template)
+    if plan is None:
+        if len(_PLANS) >= _MAX_PLANS:
+            _PLANS.clear()
+        plan = _PLANS[template] = _plan(text, parts)
+    if plan is _UNCACHEABLE:
+        return _parse_slow(text)
+    cplan, mplan, val = plan
+    tokens = parts[1::2]
     out: dict[str, float] = {}
-    head_end = -1
-    for m in _PAIR.finditer(text):
-        name = m.group("name")
-        low = name.lower()
-        if low in _COUNTER_NAMES or _NOT_METRICS.search(name):
-            continue
-        value = _number(m.group("num"))
-        if value is None or name in out:
-            continue
-        if head_end < 0:
-            head_end = m.start()
-        out[name] = _scaled(name, value, m.group("unit") or "")
-    rate = _RATE.search(text)
-    if rate is not None and "throughput" not in out:
-        v = _number(rate.group(1))
-        if v is not None:
-            out["throughput"] = v
-            head_end = rate.start() if head_end < 0 else head_end
-    if out and head_end > 0 and _VAL_HEAD.search(text, 0, head_end):
-        # "[eval] step 40: loss=..." / "Test: [10/196] ... Loss ...": the line reports validation metrics.
-        out = {(k if _QUALIFIED_VAL.match(k) else "val_" + k): v for k, v in out.items()}
-    x = _x(counters)
-    return out, ({"x": x} if x is not None else {})
+    for name, idx, sign, const, unit in mplan:
+        if name.__class__ is not str:
+            name = "".join(p if isinstance(p, str) else tokens[p] for p in name)
+            if name in out:
+                continue
+        if idx is None:
+            value = const
+        else:
+            tok = tokens[idx]
+            value = sign * float(tok if "," not in tok else tok.replace(",", ""))
+        out[name] = _scaled(name, value, unit) if unit else value
+    if not cplan:
+        return _finish(out, val, {})
+    counters = {
+        kind: tuple(None if r is None else _counter_int(tokens[r]) for r in refs)
+        for kind, refs in cplan.items()
+    }
+    return _finish(out, val, counters)
 
 
 __all__ = ["parse_generic"]

@@ -264,3 +264,48 @@ def test_every_trend_rule_on_every_healthy_run(run_dir: Path, kb: KnowledgeBase)
     fired = {r for h in d.gate.hypotheses for r in h.rules}
     assert not {f"core.{r}" for r in CURVE_RULES if r != "curve_stop_recorded"} & fired
     assert d.gate.verdict == "no_failure"
+
+
+def _same(a: tuple[dict[str, float], dict[str, float]], b: tuple[dict[str, float], dict[str, float]]) -> bool:
+    return (
+        a[1] == b[1]
+        and a[0].keys() == b[0].keys()
+        and all((math.isnan(v) and math.isnan(b[0][k])) or v == b[0][k] for k, v in a[0].items())
+    )
+
+
+def test_the_plan_cache_reads_every_fixture_line_as_the_slow_path_does() -> None:
+    """Every line of every fixture log, read twice through the template cache (plan, then replay) and once
+    the slow way, gives the same metrics and x."""
+    from mldebug_rules.collectors.metrics_generic import _PLANS, _parse_slow
+
+    _PLANS.clear()
+    logs = [
+        p for p in FIXTURES.rglob("*") if p.suffix in (".log", ".txt", ".out") and p.stat().st_size < 1 << 20
+    ]
+    checked = 0
+    for path in logs:
+        for line in path.read_text(errors="replace").splitlines():
+            slow = _parse_slow(line)
+            assert _same(parse_generic(line), slow), line
+            assert _same(parse_generic(line), slow), line
+            checked += 1
+    assert checked > 5000 and len(_PLANS) > 100
+
+
+@pytest.mark.parametrize(
+    "lines",
+    [
+        ["step 5 loss 2.5", "step 6 loss -2.5", "step 7 loss nan", "step 8 loss 1e-3", "step -9 loss 2"],
+        [
+            "Epoch: [1][ 5/10]\tAcc@1 70.0 (60.0)\tAcc@5 90.0 (80.0)",
+            "Epoch: [1][ 6/10]\tAcc@1 71.0 (61.0)\tAcc@5 91.0",
+        ],
+        ["step 1,200 | tps: 3,456 | layer2_loss 0.5", "step 1,300 | tps: 345 | layer3_loss 0.7"],
+    ],
+)
+def test_lines_sharing_a_template_replay_their_own_numbers(lines: list[str]) -> None:
+    from mldebug_rules.collectors.metrics_generic import _parse_slow
+
+    for line in lines:
+        assert _same(parse_generic(line), _parse_slow(line)), line
