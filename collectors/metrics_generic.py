@@ -158,6 +158,8 @@ def _analyse(text: str) -> tuple[dict[str, tuple[_Span, ...]], list[tuple[_Span,
 def _counter_int(raw: str) -> int:
     if raw.isdigit():
         return int(raw)
+    if "," in raw and not _THOUSANDS.fullmatch(raw):
+        raise ValueError(raw)
     raw = raw.replace(",", "")
     return int(raw) if raw.isdigit() else int(float(raw))
 
@@ -198,6 +200,7 @@ def _finish(
 # such as "Acc@1" or "layer2_loss" is then replayed from its pieces. A template whose analysis does not fall on
 # token boundaries ("loss 2." read as "2.") is not cached: its lines are read the slow way.
 _TOKEN = re.compile(r"(\d(?:[\d.,]*\d)?(?:[eE][-+]?\d+)?)")
+_THOUSANDS = re.compile(r"\d{1,3}(?:,\d{3})+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 _PLANS: dict[str, Any] = {}
 _MAX_PLANS = 4096
 _UNCACHEABLE = object()
@@ -282,8 +285,16 @@ def parse_generic(text: str) -> tuple[dict[str, float], dict[str, float]]:
         plan = _PLANS[template] = _plan(text, parts)
     if plan is _UNCACHEABLE:
         return _parse_slow(text)
+    try:
+        return _replay(plan, parts[1::2])
+    except (
+        ValueError
+    ):  # a token the template's first line did not have ("1.2.3" where "5" was): read it slowly
+        return _parse_slow(text)
+
+
+def _replay(plan: Any, tokens: list[str]) -> tuple[dict[str, float], dict[str, float]]:
     cplan, mplan, val = plan
-    tokens = parts[1::2]
     out: dict[str, float] = {}
     for name, idx, sign, const, unit in mplan:
         if name.__class__ is not str:
@@ -294,7 +305,11 @@ def parse_generic(text: str) -> tuple[dict[str, float], dict[str, float]]:
             value = const
         else:
             tok = tokens[idx]
-            value = sign * float(tok if "," not in tok else tok.replace(",", ""))
+            if "," in tok:  # only a thousands separator ("1,234.5") is read through; "3,4" is not one number
+                if not _THOUSANDS.fullmatch(tok):
+                    raise ValueError(tok)
+                tok = tok.replace(",", "")
+            value = sign * float(tok)
         out[name] = _scaled(name, value, unit) if unit else value
     if not cplan:
         return _finish(out, val, {})

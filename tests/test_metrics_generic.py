@@ -302,6 +302,12 @@ def test_the_plan_cache_reads_every_fixture_line_as_the_slow_path_does() -> None
             "Epoch: [1][ 6/10]\tAcc@1 71.0 (61.0)\tAcc@5 91.0",
         ],
         ["step 1,200 | tps: 3,456 | layer2_loss 0.5", "step 1,300 | tps: 345 | layer3_loss 0.7"],
+        [
+            "step 5 loss 2.5 lr 3",
+            "step 1.2.3 loss 2.5.1 lr 3,4",
+            "step 5 loss 2.5 lr 3,4",
+            "step 5,6 loss 1 lr 2",
+        ],  # tokens the plan's first line did not have
     ],
 )
 def test_lines_sharing_a_template_replay_their_own_numbers(lines: list[str]) -> None:
