@@ -315,3 +315,19 @@ def test_lines_sharing_a_template_replay_their_own_numbers(lines: list[str]) -> 
 
     for line in lines:
         assert _same(parse_generic(line), _parse_slow(line)), line
+
+
+def test_dataloader_wait_lines_and_token_throughput(diagnose_files: Callable[..., dict[str, Any]]) -> None:
+    waits = "".join(
+        f"[step {s}] dataloader_wait: {450 + s % 7}ms  step_time: {0.6 + (s % 5) / 100:.2f}s  loss {3 - s / 1000:.3f}\n"
+        for s in range(10, 400, 10)
+    )
+    ss = parse_text_lines(waits)
+    (dw,) = [t for t in detect(ss) if t.trend == "data_wait"]
+    assert 0.6 < dw.value < 0.8
+    assert top_id(diagnose_files({"train.log": waits})) == "input_pipeline_bottleneck"
+    slowing = "".join(
+        f"step {s} | loss {3 - s / 1000:.3f} | {12000 if s < 300 else 7000:,} tokens/s\n"
+        for s in range(10, 400, 10)
+    )
+    assert [t.trend for t in detect(parse_text_lines(slowing)) if t.trend == "throughput_drop"]
