@@ -39,7 +39,16 @@ _STEP_TIME = (
     r"(?P<unit_pre>_ms|_s)?['\"]?\s*[:=]\s*(?P<value>\d+(?:\.\d+)?)\s*(?P<unit>ms|s)?"
 )
 _STEP_TIME_RE = re.compile(_STEP_TIME, re.I)
+REGIONS_KEPT = 200  # traceback regions per file whose lines the scanner keeps (the tail is read anyway)
 STEP_SERIES_KEPT = 64  # step-time points per rank kept from a file's tail
+# The last line of a Python traceback (the exception raised), with an optional rank prefix. Kept per rank,
+# so that the report cites each rank's own exception, not only the launcher's "exitcode: 1" about it.
+_EXCEPTION = (
+    r"^(?:\[(?:[Rr]ank ?)?\d+\]:\s*|\[default\d+\]:\s*)?(?:[A-Za-z_]\w*\.)*"
+    r"[A-Z]\w*(?:Error|Exception|Interrupt|Exit|Failure)(?::.*)?$"
+)
+_EXCEPTION_RE = re.compile(_EXCEPTION)
+EXCEPTIONS_KEPT = 16  # per file, at each end
 
 
 @dataclass
@@ -85,13 +94,23 @@ class _Plan:
                 self.meta.append(("progress", prog))
             patterns.append(Pattern("__step_time__", _STEP_TIME, True, "last", 1))
             self.meta.append(("step_time", None))
-            # Traceback regions: the scanner keeps the lines after each start, in the same pass.
+            patterns.append(Pattern("__traceback__", re.escape(_TRACEBACK), False, "all", 500))
+            self.meta.append(("traceback", None))
+            patterns.append(Pattern("__exception__", _EXCEPTION, False, "all", 500))
+            self.meta.append(("exception", None))
+            # Traceback regions for the exception parser: the scanner keeps the lines after each start, in the
+            # same pass (collectors/tracebacks.py).
             patterns.append(
                 Pattern(
-                    "__traceback__", tracebacks.REGION_START, False, "all", 200, after=tracebacks.REGION_LINES
+                    "__traceback_region__",
+                    tracebacks.REGION_START,
+                    False,
+                    "all",
+                    REGIONS_KEPT,
+                    after=tracebacks.REGION_LINES,
                 )
             )
-            self.meta.append(("traceback", None))
+            self.meta.append(("traceback_region", None))
         # Pack patterns were compiled and checked when the packs loaded (engine/packs.py).
         self.scanner = Scanner(patterns, tail_lines=TAIL_LINES, trusted=True)
 
@@ -131,11 +150,13 @@ def _file_facts(ctx: Context, src: LogSource, res: ScanResult, plan: _Plan) -> l
     for h in res.hits:
         by_pattern.setdefault(h.pattern, []).append(h)
     if src.stream != "kernel":
-        regions = [h for idx, hits in by_pattern.items() if plan.meta[idx][0] == "traceback" for h in hits]
+        regions = [
+            h for idx, hits in by_pattern.items() if plan.meta[idx][0] == "traceback_region" for h in hits
+        ]
         facts += exception_facts(ctx, src, res, regions, file_rank, file_host, clock)
     for idx, hits in sorted(by_pattern.items()):
         what, obj = plan.meta[idx]
-        if what == "traceback":
+        if what == "traceback_region":
             continue
         if what == "kernel":
             facts += _kernel_facts(ctx, src, hits)
@@ -143,6 +164,8 @@ def _file_facts(ctx: Context, src: LogSource, res: ScanResult, plan: _Plan) -> l
         if what == "step_time":
             facts += _step_time_facts(ctx, src, hits[-1], res, file_rank, file_host, clock)
             continue
+        if what in ("traceback", "exception"):
+            continue  # read together below: an exception line counts after its rank's traceback
         kept = hits if len(hits) <= 2 * HITS_KEPT else hits[:HITS_KEPT] + hits[-HITS_KEPT:]
         for h in kept:
             rank = lineinfo.rank_of_line(h.text, file_rank)
@@ -208,13 +231,46 @@ def _file_facts(ctx: Context, src: LogSource, res: ScanResult, plan: _Plan) -> l
                 text=res.tail[-1][1][:2000],
                 rank=file_rank,
                 host=file_host,
-                extra={"scrollback": [[n, t[:500]] for n, t in res.tail[-SCROLLBACK_SHOWN:]]},
+                extra={
+                    "scrollback": [[n, t[:500]] for n, t in res.tail[-SCROLLBACK_SHOWN:]],
+                    **_exceptions(res, plan, file_rank),
+                },
             )
         )
     return facts
 
 
-EXCEPTIONS_KEPT = 50  # per file: the last ones (a log printing one traceback per step keeps its latest)
+def _exceptions(res: ScanResult, plan: _Plan, file_rank: int | None) -> dict[str, Any]:
+    """``{"exceptions": [[line, rank, text], ...]}``: the exception lines that end a traceback of the same
+    rank (the scanner's hits, and the tail), the first and last few of each file; {} when there are none."""
+    kinds = {i: what for i, (what, _) in enumerate(plan.meta) if what in ("traceback", "exception")}
+    lines: dict[int, tuple[str, str]] = {}
+    for h in res.hits:
+        if h.pattern in kinds:
+            lines[h.line_no] = (kinds[h.pattern], h.text)
+    for no, text in res.tail:
+        if _TRACEBACK in text:
+            lines[no] = ("traceback", text)
+        elif _EXCEPTION_RE.search(text):
+            lines[no] = ("exception", text)
+    open_tb: set[int | None] = set()
+    out: list[list[Any]] = []
+    for no in sorted(lines):
+        what, text = lines[no]
+        rank = lineinfo.rank_of_line(text, file_rank)
+        if what == "traceback":
+            open_tb.add(rank)
+        elif rank in open_tb:
+            open_tb.discard(rank)
+            out.append([no, rank, text[:500]])
+    if len(out) > 2 * EXCEPTIONS_KEPT:
+        out = out[:EXCEPTIONS_KEPT] + out[-EXCEPTIONS_KEPT:]
+    return {"exceptions": out} if out else {}
+
+
+EXCEPTION_FACTS_KEPT = (
+    50  # exception facts per file: the last ones (a log printing one traceback per step keeps its latest)
+)
 BARE_FROM_END = 50  # a bare exception line counts as a failure only this close to the end of its file
 
 
@@ -262,7 +318,7 @@ def exception_facts(
     near_end = [(n, t) for n, t in res.tail if res.total_lines - n < BARE_FROM_END]
     excs += tracebacks.bare_exceptions(near_end, used)
     excs.sort(key=lambda e: e.line)
-    excs = excs[-EXCEPTIONS_KEPT:]
+    excs = excs[-EXCEPTION_FACTS_KEPT:]
     chains: dict[int, list[tracebacks.ParsedException]] = {}
     for e in excs:
         chains.setdefault(e.chain, []).append(e)

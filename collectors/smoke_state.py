@@ -74,33 +74,63 @@ def _seq(rec: Mapping[str, Any]) -> int:
         return 0
 
 
+def _role(rec: Mapping[str, Any]) -> str:
+    """baseline | change | control | record; "" for a record written before smoke pairs existed (it is
+    shown, never counted)."""
+    if rec.get("kind") == "record":
+        return "record"
+    if rec.get("derived_from"):
+        return ""
+    if isinstance(rec.get("control"), Mapping):
+        return "control"
+    role = rec.get("role")
+    return str(role) if role in ("baseline", "change") else ""
+
+
+def _summary(rec: Mapping[str, Any]) -> str:
+    if rec.get("kind") != "run":
+        return str(rec.get("summary", ""))
+    role = _role(rec) or "run"
+    return f"{role}: {rec.get('command', '')} -> {rec.get('classification', '')}"
+
+
 def _last_byte(path: Path) -> bytes:
     with path.open("rb") as fh:
         fh.seek(-1, os.SEEK_END)
         return fh.read(1)
 
 
+def record_facts(registry: Any, run_dir: Path) -> list[Any]:
+    """One ``smoke.result`` fact per record of the run directory's state file."""
+    return [_fact(registry, rec) for rec in read_records(run_dir)]
+
+
 def probe_smoke_state(ctx: Context) -> ProbeOutput:
     out = ProbeOutput("smoke_state")
     for root in ctx.run_dirs:
-        for rec in read_records(root):
-            out.facts.append(
-                ctx.registry.make(
-                    "smoke.result",
-                    {
-                        "hypothesis": str(rec["hypothesis"]),
-                        "outcome": rec["outcome"],
-                        "smoke": str(rec.get("smoke", "")),
-                        "seq": int(rec.get("seq", 0)),
-                    },
-                    origin="smoke",
-                    file=f"{STATE_DIR}/{STATE_FILE}",
-                    line=int(rec.get("seq", 0)),
-                    text=str(rec.get("note", "") or rec.get("summary", ""))[:500],
-                    extra={k: rec[k] for k in ("command", "control", "classification", "note") if k in rec},
-                )
-            )
+        out.facts += record_facts(ctx.registry, root)
     if not out.facts:
         raise ProbeUnavailable("no smoke results recorded")
     out.detail = f"{len(out.facts)} smoke result(s)"
     return out
+
+
+def _fact(registry: Any, rec: Mapping[str, Any]) -> Any:
+    return registry.make(
+        "smoke.result",
+        {
+            "hypothesis": str(rec["hypothesis"]),
+            "outcome": rec["outcome"],
+            "smoke": str(rec.get("smoke", "")),
+            "seq": _seq(rec),
+            "role": _role(rec),
+            "classification": str(rec.get("classification", "") or ""),
+            "reason": str(rec.get("why", "") or "")[:500],
+            "program": str(rec.get("program", "") or ""),
+        },
+        origin="smoke",
+        file=f"{STATE_DIR}/{STATE_FILE}",
+        line=_seq(rec),
+        text=str(rec.get("note", "") or _summary(rec))[:500],
+        extra={k: rec[k] for k in ("command", "control", "classification", "note") if k in rec},
+    )

@@ -7,6 +7,7 @@ quotes its evidence as ``file:line`` (or the probe's name). Output is determinis
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from .collectors.ranks import report_section as ranks_section
@@ -73,8 +74,16 @@ def _first_rank(d: Diagnosis) -> int | None:
 
 def _hypothesis(d: Diagnosis, h: Hypothesis, first_rank: int | None = None) -> dict[str, Any]:
     info = d.kb.hypothesis_info(h.id)
-    evidence = [_evidence(f, first_rank) for f in h.evidence[:MAX_EVIDENCE]]
-    evidence += [_evidence(f) for f in h.smoke_results]
+    evidence = []
+    for f in h.evidence[:MAX_EVIDENCE]:
+        e = _evidence(f, first_rank)
+        if not any(x["source"] == e["source"] and x["text"] == e["text"] for x in evidence):
+            evidence.append(e)  # one line cited by two facts (a signature and the timeline) shows once
+    for f in h.smoke_results:
+        e = _evidence(f)
+        if f.attrs.get("role") == "record":
+            e["recorded"] = True  # typed in by hand, counted because the caller trusted recorded results
+        evidence.append(e)
     out: dict[str, Any] = {
         "id": h.id,
         "score": h.score,
@@ -91,6 +100,9 @@ def _hypothesis(d: Diagnosis, h: Hypothesis, first_rank: int | None = None) -> d
         out["evidence_omitted"] = len(h.evidence) - MAX_EVIDENCE
     if h.explained_by:
         out["explained_by"] = list(h.explained_by)
+    recorded = [r for r in d.gate.recorded if r.hypothesis == h.id]
+    if recorded:
+        out["recorded"] = [_recorded(r, d.gate.trust_recorded) for r in recorded]
     if info.get("remediation"):
         out["remediation"] = dict(info["remediation"])
     if info.get("runbook"):
@@ -98,6 +110,36 @@ def _hypothesis(d: Diagnosis, h: Hypothesis, first_rank: int | None = None) -> d
     if not h.failure:
         out["failure"] = False
     return out
+
+
+def _next_smoke(d: Diagnosis) -> dict[str, Any] | None:
+    """The smoke that settles the lead (the gate's first lead), if one is declared."""
+    if not d.gate.leads:
+        return None
+    lead = d.gate.leads[0]
+    sid = next((h.smoke for h in d.gate.hypotheses if h.id == lead), None)
+    return smoke_block(d, sid or d.kb.hypothesis_info(lead).get("smoke"))
+
+
+def _recorded(r: Any, trusted: bool) -> dict[str, Any]:
+    """A result typed in with `smoke record`: shown, marked, and counted only when trusted."""
+    return {
+        "outcome": r.outcome,
+        "note": r.note,
+        "source": r.source,
+        "counted": trusted and r.outcome != "inconclusive",
+    }
+
+
+def _smokes_section(d: Diagnosis) -> dict[str, Any] | None:
+    g = d.gate
+    if not g.pairs and not g.recorded:
+        return None
+    return {
+        "pairs": [p.to_dict() for p in g.pairs],
+        "recorded": [{"hypothesis": r.hypothesis, **_recorded(r, g.trust_recorded)} for r in g.recorded],
+        "not_decided": dict(sorted(g.not_decided.items())),
+    }
 
 
 def next_action(d: Diagnosis) -> str:
@@ -111,24 +153,29 @@ def next_action(d: Diagnosis) -> str:
         if done:
             return f"No failure found: {d.kb.hypothesis_info(done[0].id).get('title', done[0].id)}. Nothing to fix."
         return "No failure evidence in what was read. If the run still misbehaves, probe it live (without --offline)."
-    live = [h for h in hyps if h.status == "hypothesis" and h.failure]
-    if live:
-        top = live[0]
-        smoke = d.kb.smokes.get(top.smoke or "")
-        what = smoke["description"].rstrip(".") if smoke else (top.smoke or "a discriminating smoke")
-        return (
-            f"Do not claim a cause yet. Run the smoke for {top.id}: {what}; then record it with "
-            f"`mldebug-rules smoke record RUN_DIR --hypothesis {top.id} --outcome confirmed|refuted`."
-        )
     refuted = [h for h in hyps if h.status == "refuted" and h.failure]
-    if refuted:  # smokes ruled out everything the rules raised: the refuted ones' alternatives come next
-        ids = ", ".join(h.id for h in refuted)
-        alts = [a for h in refuted for a in h.alternatives if a not in {x.id for x in hyps}]
-        nxt = f" Their alternatives come next ({', '.join(dict.fromkeys(alts))}): " if alts else " "
+    if g.leads:
+        lead = g.leads[0]
+        sid = next((h.smoke for h in hyps if h.id == lead), None) or d.kb.hypothesis_info(lead).get("smoke")
+        smoke = d.kb.smokes.get(sid or "")
+        what = smoke["description"].rstrip(".") if smoke else (sid or "a discriminating smoke")
+        why = ""
+        if refuted:
+            alt_of = [h.id for h in refuted if lead in h.alternatives]
+            why = f"Smokes refuted {', '.join(h.id for h in refuted)}; " + (
+                f"the lead is now {lead}, an alternative of {', '.join(alt_of)}. "
+                if alt_of
+                else f"the lead is now {lead}. "
+            )
         return (
-            f"Smokes refuted {ids}; no live hypothesis is left.{nxt}"
-            "`mldebug-rules smoke plan RUN_DIR` lists the smokes that settle them."
+            f"{why}Do not claim a cause yet. Settle {lead} with a smoke pair ({what}): first "
+            f"`mldebug-rules smoke run RUN_DIR --hypothesis {lead} --baseline -- COMMAND` (the unchanged "
+            "command; it must reproduce the failure), then the one-variable change without --baseline. "
+            "`mldebug-rules smoke plan RUN_DIR` prints both commands."
         )
+    if refuted:  # smokes ruled out everything, and nothing is left to smoke
+        ids = ", ".join(h.id for h in refuted)
+        return f"Smokes refuted {ids}; no live hypothesis or untested alternative is left."
     if d.unexplained and d.unexplained[0].kind == "exception":
         ex = exception_section(d)
         assert ex is not None
@@ -155,6 +202,13 @@ def next_action(d: Diagnosis) -> str:
             f"A failure that no rule explains yet (a Python traceback ends the log, {where}): read its last exception in the scrollback "
             "below; rerun the failing step alone (one process, CUDA_LAUNCH_BLOCKING=1) to localise it, and "
             "add a rule for it (`mldebug-rules rules new`)."
+        )
+    blocking = [n for n in d.inputs if n.blocking or (n.problem == "nothing_found" and not d.evidence_seen)]
+    if blocking:  # named inputs (or whole run directories) that held nothing to read
+        shown = "; ".join(n.text for n in blocking[:3]) + (" ..." if len(blocking) > 3 else "")
+        return (
+            f"Nothing to read in what was named: {shown}. Pass the training log with --log, the kernel log "
+            "with --kernel-log, and bundles written by `mldebug-rules collect` with --bundle."
         )
     if not d.evidence_seen:
         return "Nothing readable was found: pass the training log with --log and the kernel log with --kernel-log."
@@ -203,6 +257,8 @@ def build(d: Diagnosis) -> dict[str, Any]:
         "hypotheses": [_hypothesis(d, h, _first_rank(d)) for h in d.gate.hypotheses],
         "probes": probes,
         "next_action": next_action(d),
+        "leads": list(d.gate.leads),
+        "next_smoke": _next_smoke(d) if d.gate.verdict != "cause" else None,
         "engine": {"rules": d.engine.backend, "scanner": d.scanner, "ruleset": d.compiled.name},
         "scrollback": _scrollback(d),
         "signatures": _signature_hits(d),
@@ -213,8 +269,13 @@ def build(d: Diagnosis) -> dict[str, Any]:
     ranks = ranks_section(d.facts)  # many ranks/nodes: the first failing rank, and the cascades it caused
     if ranks:
         report["ranks"] = ranks
+    if d.inputs:  # inputs not read (the tool's own outputs) or holding nothing to read
+        report["inputs"] = [n.as_dict() for n in d.inputs]
     if d.kb.warnings:
         report["warnings"] = list(d.kb.warnings)
+    smokes = _smokes_section(d)  # smoke pairs (baseline, change) and results recorded by hand
+    if smokes:
+        report["smokes"] = smokes
     from .smoke_controls import report_section  # controls: smoke reruns paired with their baselines
 
     controls = report_section(d.request.run_dirs)
@@ -283,6 +344,11 @@ def _rank_lines(ranks: dict[str, Any] | None, bullet: str, code: str) -> list[st
         out.append(
             f"{bullet}first failure: {where} ({first['role']}): {code}{first['source']}{code}: {first['text'][:160]}"
         )
+        if first.get("exception"):  # the rank's own exception, not only the launcher's line about it
+            x = first["exception"]
+            out.append(
+                f"{bullet}  raised by rank {first['rank']}: {code}{x['source']}{code}: {x['text'][:300]}"
+            )
     cascades = ranks.get("cascades", [])
     if cascades:
         shown = ", ".join(
@@ -292,6 +358,9 @@ def _rank_lines(ranks: dict[str, Any] | None, bullet: str, code: str) -> list[st
         out.append(
             f"{bullet}cascades (consequences, not causes) on rank(s): {shown}{' ...' if len(cascades) > 16 else ''}"
         )
+    for c in [c for c in cascades if c.get("exception")][:8]:
+        x = c["exception"]
+        out.append(f"{bullet}  raised by rank {c['rank']}: {code}{x['source']}{code}: {x['text'][:300]}")
     for key, label in (("silent", "ranks that logged no error"),):
         if ranks.get(key):
             out.append(f"{bullet}{label}: {', '.join(map(str, ranks[key][:32]))}")
@@ -310,6 +379,46 @@ def _rank_lines(ranks: dict[str, Any] | None, bullet: str, code: str) -> list[st
     for n in ranks.get("notes", []):
         out.append(f"{bullet}note: {n}")
     return [*out, ""]
+
+
+def outcome_lines(outcomes: Mapping[str, Any], indent: str) -> list[str]:
+    """What each outcome of a smoke's change would mean (the report and `smoke plan` say it alike)."""
+    lines = []
+    for name, o in outcomes.items():
+        bits = [f"confirms {', '.join(o['confirms'])}"] if o.get("confirms") else []
+        bits += [f"refutes {', '.join(o['refutes'])}"] if o.get("refutes") else []
+        if name == "timed_out":
+            bits = ["decides nothing"]
+        meaning = f" - {o['meaning']}" if o.get("meaning") not in (None, "", "inconclusive") else ""
+        lines.append(f"{indent}if the change {name}: {'; '.join(bits) or 'inconclusive'}{meaning}")
+    return lines
+
+
+def pair_lines(p: Mapping[str, Any], indent: str, first: str | None = None) -> list[str]:
+    """A pair in text: both commands, the argv difference, both outcomes, and what it decided. ``first``
+    prefixes the first line instead of ``indent`` (a markdown bullet)."""
+    head = {"confirmed": "CONFIRMED"}.get(p["outcome"], p["outcome"])
+    smoke = p["smoke"] or "no smoke declared"
+    lines = [f"{indent if first is None else first}pair for {p['hypothesis']} ({smoke}): {head}: {p['why']}"]
+    for label, half in (("baseline", p["baseline"]), ("change", p["change"])):
+        if half is None:
+            lines.append(f"{indent}  {label + ':':9} missing")
+        else:
+            why = f" ({half['reason']})" if half.get("reason") else ""
+            lines.append(f"{indent}  {label + ':':9} #{half['seq']} {half['command']}")
+            lines.append(f"{indent}  {'':9} -> {half['classification']}{why}")
+    if p["argv_diff"]:
+        lines.append(f"{indent}  argv difference: {'; '.join(p['argv_diff'])}")
+    return lines
+
+
+def _pair_section(smokes: dict[str, Any] | None, h1: str, bullet: str) -> list[str]:
+    if not smokes or not smokes.get("pairs"):
+        return []
+    lines = [f"{h1}Smoke pairs (a baseline that reproduces, then a one-variable change)"]
+    for p in smokes["pairs"]:
+        lines += pair_lines(p, "  " if bullet == "- " else bullet, first=bullet)
+    return [*lines, ""]
 
 
 def to_json(report: dict[str, Any]) -> str:
@@ -335,6 +444,8 @@ def to_text(report: dict[str, Any], markdown: bool = False) -> str:
         lines.append(
             f"{bullet}{p['name']}: {p['status']} ({p['facts']} facts){' - ' + p['detail'] if p['detail'] else ''}"
         )
+    for n in report.get("inputs", []):
+        lines.append(f"{bullet}input: {n['text']}")
     lines.append("")
     lines += _rank_lines(report.get("ranks"), bullet, code)
     exc = report.get("exception")
@@ -359,7 +470,17 @@ def to_text(report: dict[str, Any], markdown: bool = False) -> str:
         if h.get("explained_by"):
             lines.append(f"{bullet}   consequence of: {', '.join(h['explained_by'])}")
         for e in h["evidence"]:
-            lines.append(f"{bullet}   seen: {code}{e['source']}{code}: {e['text'][:200]}")
+            # Whole: the terminal renderer wraps it, and `--no-wrap` keeps it on one line (report.py caps it).
+            lines.append(f"{bullet}   seen: {code}{e['source']}{code}: {e['text']}")
+        for r in h.get("recorded", []):
+            counted = (
+                "counted (trusted)"
+                if r["counted"]
+                else "not counted: gate counts it only with --trust-recorded"
+            )
+            lines.append(
+                f"{bullet}   recorded by hand: {r['outcome']} ({code}{r['source']}{code}, {counted}): {r['note'][:200]}"
+            )
         if h.get("alternatives"):
             lines.append(f"{bullet}   alternatives not ruled out: {', '.join(h['alternatives'])}")
         if h.get("remediation") and i <= 3:
@@ -369,19 +490,16 @@ def to_text(report: dict[str, Any], markdown: bool = False) -> str:
             lines.append(f"{bullet}   false positive if: {rem.get('false_positive', '')}")
     lines.append("")
     lines.append(f"{h1}3. Smoke to run next")
-    top = next((h for h in report["hypotheses"] if h["status"] == "hypothesis" and h.get("smoke")), None)
-    if top:
-        s = top["smoke"]
-        lines.append(f"{bullet}{code}{s['id']}{code}: {s['description']}")
-        for name, o in s.get("outcomes", {}).items():
-            bits = []
-            if o.get("confirms"):
-                bits.append("confirms " + ", ".join(o["confirms"]))
-            if o.get("refutes"):
-                bits.append("refutes " + ", ".join(o["refutes"]))
-            lines.append(
-                f"{bullet}   if {name}: {'; '.join(bits) or 'inconclusive'}{' - ' + o['meaning'] if o.get('meaning') else ''}"
-            )
+    s = report.get("next_smoke")
+    if s:
+        lines.append(
+            f"{bullet}for {code}{report['leads'][0]}{code}: {code}{s['id']}{code}: {s['description']}"
+        )
+        lines.append(
+            f"{bullet}   as a pair: the unchanged command with --baseline (it must reproduce the failure), "
+            "then the one-variable change"
+        )
+        lines += outcome_lines(s.get("outcomes", {}), f"{bullet}   ")
     else:
         lines.append(f"{bullet}none needed" if verdict != "uncertain" else f"{bullet}no smoke proposed")
     lines.append("")
@@ -390,6 +508,7 @@ def to_text(report: dict[str, Any], markdown: bool = False) -> str:
             f"![training curves]({report['plot']})" if markdown else f"curves plotted: {report['plot']}"
         )
         lines.append("")
+    lines += _pair_section(report.get("smokes"), h1, bullet)
     from .smoke_controls import text_lines as _control_lines
 
     lines += _control_lines(report.get("controls"), markdown)

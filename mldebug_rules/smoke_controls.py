@@ -53,12 +53,16 @@ def is_baseline_for(rec: Mapping[str, Any], ctl: Mapping[str, Any]) -> bool:
 
 
 def find_baseline(records: Sequence[Mapping[str, Any]], ctl: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    """The recorded baseline, else the latest earlier run of the same smoke without a control (one that did
-    not time out, when there is one), else a later one."""
+    """The recorded baseline, else the latest earlier `--baseline` run of the same smoke (any run of it without
+    a control when there is none), one that did not time out when there is one, else a later one."""
     by_seq = {r.get("seq"): r for r in records}
     if ctl.get("baseline_seq") in by_seq:
         return by_seq[ctl["baseline_seq"]]
     cands = [r for r in records if is_baseline_for(r, ctl)]
+    marked = [
+        r for r in cands if r.get("role") == "baseline"
+    ]  # `smoke run --baseline`: the unchanged command
+    cands = marked or cands
     decisive = [r for r in cands if r.get("classification") != "timed_out"]
     cands = decisive or cands  # a timed-out baseline compares with nothing
     before = [r for r in cands if int(r.get("seq", 0)) < int(ctl.get("seq", 0))]
@@ -100,7 +104,7 @@ def pairs(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         }
         if base is None or not base.get("classification") or not rec.get("classification"):
             entry["effect"] = "unpaired"
-            entry["showed"] = "no baseline yet: run the same smoke without --control to compare"
+            entry["showed"] = "no baseline yet: run the smoke's unchanged command with --baseline to compare"
             entry["mechanism"] = ""
         else:
             eff = effect_of(str(base["classification"]), str(rec["classification"]))

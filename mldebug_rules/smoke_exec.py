@@ -212,8 +212,12 @@ def failure_signatures(kb: KnowledgeBase) -> set[str]:
     return out
 
 
-def classify(ex: Execution, original: Iterable[str], failures: set[str]) -> tuple[str, str]:
-    """(outcome, why): passed | reproduced | failed_differently | timed_out."""
+def classify(ex: Execution, original: Iterable[str], failures: set[str], progress: bool) -> tuple[str, str]:
+    """(outcome, why): passed | reproduced | failed_differently | no_progress | timed_out.
+
+    ``passed`` needs all three: exit 0, training progress in the command's own output (``progress``: step or
+    loss lines the metrics reader recognises) and none of the failure signatures. A command that merely
+    exits 0 (``true``, a script that never reaches the training loop) proves nothing."""
     if ex.timed_out:
         return "timed_out", "stopped at the timeout"
     seen = set(ex.signatures)
@@ -223,8 +227,10 @@ def classify(ex: Execution, original: Iterable[str], failures: set[str]) -> tupl
     other = sorted(seen & failures)
     if ex.error:
         return "failed_differently", ex.error
-    if ex.exit_code == 0 and not other:
-        return "passed", "exit 0, no failure signature"
     if other:
         return "failed_differently", f"exit {ex.exit_code}; a different failure: {', '.join(other)}"
-    return "failed_differently", f"exit {ex.exit_code} without the original failure's signature"
+    if ex.exit_code != 0:
+        return "failed_differently", f"exit {ex.exit_code} without the original failure's signature"
+    if not progress:
+        return "no_progress", "exit 0, but no training step or loss line in its own output"
+    return "passed", "exit 0, training progress, no failure signature"

@@ -268,6 +268,16 @@ def _set_kv(args: list[str], aliases: list[str], value: Any, add: bool) -> str |
     return f"added ++{aliases[0]}={new} (check the key path in your config)"
 
 
+@cache
+def _flag_aliases(key: str) -> tuple[str, ...]:
+    """Every flag-style framework's spellings of one override key."""
+    out: list[str] = []
+    for fw in overrides_table()["frameworks"].values():
+        if fw["style"] == "flag":
+            out += [a for a in fw["keys"].get(key, []) if a not in out]
+    return tuple(out)
+
+
 @dataclass
 class Applied:
     argv: list[str]
@@ -311,6 +321,10 @@ def apply_recipe(argv: list[str], recipe: Mapping[str, Any]) -> Applied:
         if not aliases:
             out.unapplied[key] = value
             continue
+        if fw["style"] == "flag":
+            # The script may already set this with another framework's spelling (an HF-style command whose
+            # script has its own `--num_workers`): change that flag, never add a second one for the setting.
+            aliases = [*aliases, *(a for a in _flag_aliases(key) if a not in aliases)]
         if fw["style"] == "kv":
             note = _set_kv(args, aliases, value, bool(fw.get("add_missing")))
         else:
@@ -399,3 +413,61 @@ def overrides_for_control(name: str, value: str, controls: Mapping[str, Any]) ->
         "env": {k: str(subst(v)) for k, v in (spec.get("env") or {}).items()},
         "overrides": {k: subst(v) for k, v in (spec.get("overrides") or {}).items()},
     }
+
+
+# --- the smoke's conditions, and where it starts ------------------------------------------------------------
+def conditions_of(recipe: Mapping[str, Any]) -> dict[str, Any]:
+    """The part of a recipe a baseline gets: only how long it runs and where it starts (``condition_keys``),
+    never the variable the smoke tests (environment, launcher arguments, the other overrides)."""
+    keys = set(overrides_table().get("condition_keys") or [])
+    return {"overrides": {k: v for k, v in (recipe.get("overrides") or {}).items() if k in keys}}
+
+
+_HF_CHECKPOINT_DIR = re.compile(r"^checkpoint-\d+$")
+
+
+def _resume_path(run_dir: str, rel: str) -> str:
+    """A checkpoint as the trainer resumes from it: HF's `checkpoint-N/` folder rather than a file in it."""
+    parts = Path(rel).parts
+    for i, part in enumerate(parts):
+        if _HF_CHECKPOINT_DIR.match(part):
+            parts = parts[: i + 1]
+            break
+    return os.path.join(run_dir, *parts)
+
+
+def resolve_onset(
+    recipe: Mapping[str, Any],
+    run_dir: str,
+    onsets: list[tuple[str, int]],
+    checkpoints: list[tuple[str, int]],
+) -> tuple[dict[str, Any], list[str]]:
+    """A recipe with ``onset`` made concrete for this run: resume from the last checkpoint saved before the
+    failure's onset (when there is one) and run past the onset step. ``onsets``: (trend, step) of the run's
+    metric trends; ``checkpoints``: (path relative to the run directory, step) of its valid checkpoints."""
+    out = {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in recipe.items() if k != "onset"}
+    spec = recipe.get("onset")
+    if not isinstance(spec, Mapping):
+        return out, []
+    trends = set(spec.get("trends") or [])
+    steps = sorted(step for trend, step in onsets if trend in trends and step >= 0)
+    if not steps:
+        return out, [
+            "the failure's onset step is not known from the metrics: make sure the smoke runs past the step "
+            "where it appeared, or it passes for the wrong reason"
+        ]
+    first, last = steps[0], steps[-1]
+    overrides = dict(out.get("overrides") or {})
+    overrides["max_steps"] = last + int(spec.get("past_steps", 20))
+    notes = [f"runs to step {overrides['max_steps']}, past the failure's onset (step {last})"]
+    before = [(step, path) for path, step in checkpoints if 0 <= step < first]
+    if before:
+        step, path = max(before)
+        overrides["resume_from"] = _resume_path(run_dir, path)
+        notes.append(
+            f"resumes from {path} (step {step}), the last checkpoint before the onset at step {first}"
+        )
+    else:
+        notes.append(f"no checkpoint saved before the onset at step {first}: it starts from scratch")
+    out["overrides"] = overrides
+    return out, notes

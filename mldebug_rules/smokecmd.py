@@ -1,12 +1,15 @@
-"""``smoke plan | run | record`` and ``gate``: from a hypothesis to a cause only on a smoke's proof.
+"""``smoke plan | run | record`` and ``gate``: from a hypothesis to a cause only on a smoke pair's proof.
 
 - plan: for the leading hypotheses, the discriminating smoke, what each outcome would mean, and (when the
-  run's command line is known) the concrete command with the recipe applied.
-- run: runs the argv given after ``--`` (never a string from log text), classifies the outcome with the
-  signature packs, maps it through the smoke's declared outcomes, appends the record to the state file.
-- record: a smoke the user ran by hand.
+  run's command line is known) both halves of the pair: the baseline (the unchanged command under the smoke's
+  conditions) and the change (the recipe applied); which half is still missing.
+- run: runs the argv given after ``--`` (never a string from log text), classifies it (passed needs exit 0,
+  training progress in its own output and none of the failure's signatures) and appends the record to the
+  state file; ``--baseline`` marks the unchanged half of the pair.
+- record: a check the user ran by hand, kept as ``recorded`` (the gate counts it only when trusted).
 - gate: exit 0 only if the claimed hypothesis is smoke-confirmed; otherwise say what is missing.
 
+Whether a pair confirms or refutes is decided in ``engine/gate.py`` alone; this module only renders it.
 Only ``RUN_DIR/.mldebug/`` is ever written.
 """
 
@@ -15,26 +18,37 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shlex
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .collectors.smoke_state import STATE_DIR, append_record, read_records, state_path
+from .collectors.smoke_state import STATE_DIR, append_record, read_records, record_facts, state_path
 from .diagnose import Diagnosis, Request, diagnose, load_kb
-from .engine.gate import claim_allowed
+from .engine.gate import GateResult, Pair, apply_smokes, claim_allowed, map_outcome
 from .engine.packs import KnowledgeBase, known_hypotheses
-from .engine.rank import Hypothesis
+from .engine.rank import Hypothesis, rank
 from .errors import UsageError
 from .redact import redact
+from .report import outcome_lines, pair_lines
 from .smoke_controls import controls_table, parse_control
 from .smoke_exec import Execution, classify, failure_signatures, run_command, signature_scanner, tail_lines
-from .smoke_recipe import FoundCommand, apply_recipe, find_command, overrides_for_control
+from .smoke_recipe import (
+    FoundCommand,
+    apply_recipe,
+    conditions_of,
+    find_command,
+    overrides_for_control,
+    resolve_onset,
+    split_command,
+)
 
 MAX_PLANNED = 3  # leading hypotheses shown by `smoke plan`
 TOOL = "mldebug-rules"
+PLAN_SCHEMA = "mldebug-rules/smoke-plan/v1"
 
 
 # --- shared helpers --------------------------------------------------------------------------------
@@ -45,9 +59,12 @@ def _run_dir(path: str) -> Path:
     return p
 
 
-def _request(run_dir: Path, args: argparse.Namespace) -> Request:
+def _request(run_dir: Path, args: argparse.Namespace, trust_recorded: bool = False) -> Request:
     return Request(
-        run_dirs=[run_dir], rules_dirs=[Path(x) for x in getattr(args, "rules", []) or []], offline=True
+        run_dirs=[run_dir],
+        rules_dirs=[Path(x) for x in getattr(args, "rules", []) or []],
+        offline=True,
+        options={"trust_recorded": trust_recorded},
     )
 
 
@@ -66,23 +83,8 @@ def smokes_for(kb: KnowledgeBase, hid: str, h: Hypothesis | None = None) -> list
     return ([first] if first and first in kb.smokes else []) + others
 
 
-def map_outcome(spec: Mapping[str, Any] | None, outcome: str, hid: str) -> tuple[str, str]:
-    """A smoke outcome -> confirmed | refuted | inconclusive for ``hid``, by the smoke's declared outcomes."""
-    if outcome == "timed_out":
-        return "inconclusive", "a timeout decides nothing"
-    o = (spec or {}).get("outcomes", {}).get(outcome)
-    if not o:
-        return "inconclusive", f"the smoke declares nothing for '{outcome}'"
-    meaning = str(o.get("meaning", ""))
-    if hid in (o.get("confirms") or []):
-        return "confirmed", meaning
-    if hid in (o.get("refutes") or []):
-        return "refuted", meaning
-    return "inconclusive", meaning or f"'{outcome}' neither confirms nor refutes {hid}"
-
-
-def _find(d: Diagnosis, hid: str) -> Hypothesis | None:
-    return next((h for h in d.gate.hypotheses if h.id == hid), None)
+def _find(g: GateResult, hid: str) -> Hypothesis | None:
+    return next((h for h in g.hypotheses if h.id == hid), None)
 
 
 def _fmt_timeout(t: float) -> str:
@@ -97,8 +99,11 @@ def smoke_run_cmd(
     timeout: float,
     argv: list[str] | None,
     control: str | None = None,
+    baseline: bool = False,
 ) -> str:
     parts = [TOOL, "smoke", "run", shlex.quote(run_dir), "--hypothesis", hid]
+    if baseline:
+        parts.append("--baseline")
     if not primary:
         parts += ["--smoke", smoke]
     if control:
@@ -110,12 +115,79 @@ def smoke_run_cmd(
 
 def smoke_record_cmd(run_dir: str, hid: str) -> str:
     outcomes = "confirmed|refuted|inconclusive"
-    return f"{TOOL} smoke record {shlex.quote(run_dir)} --hypothesis {hid} --outcome {outcomes}"
+    return f'{TOOL} smoke record {shlex.quote(run_dir)} --hypothesis {hid} --outcome {outcomes} --note "..."'
 
 
-# --- plan -----------------------------------------------------------------------------------------
+_INTERPRETER_VERSION = re.compile(r"[0-9.]+$")
+
+
+def program_of(argv: Sequence[str]) -> str:
+    """What a command runs: its launcher or interpreter and its script (or module, or `-c` code), without
+    the options between them and without environment assignments; a pair must run the same one in both
+    halves."""
+    sp = split_command(list(argv))
+    tokens = sp.head + sp.args
+    if not tokens:
+        return ""
+    prog = _INTERPRETER_VERSION.sub("", os.path.basename(tokens[0])) or os.path.basename(tokens[0])
+    script = sp.head[sp.script_at] if sp.script_at > 0 else ""
+    if script.endswith(".py"):
+        return f"{prog} {os.path.normpath(script)}"
+    if sp.script_at > 0 and sp.head[sp.script_at - 1] == "-m":
+        return f"{prog} -m {script}"
+    if "-c" in tokens[1:-1]:  # `python -c CODE [ARG...]`: the code is the script
+        return f"{prog} -c {tokens[tokens.index('-c', 1) + 1]}"
+    # Not Python: the program and the first file it is given (`bash run.sh --bs 1`), if any.
+    first = next((t for t in tokens[1:] if not t.startswith("-") and ("." in t or "/" in t)), "")
+    return f"{prog} {os.path.normpath(first)}" if first else prog
+
+
+def _onset_inputs(d: Diagnosis) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
+    onsets = [
+        (str(f.attrs.get("trend")), int(f.attrs.get("step", -1))) for f in d.facts if f.kind == "metric.trend"
+    ]
+    ckpts = [
+        (f.file, int(f.attrs.get("step", -1)))
+        for f in d.facts
+        if f.kind == "checkpoint.file" and f.attrs.get("valid", True) and f.file
+    ]
+    return onsets, ckpts
+
+
+def concrete_recipe(d: Diagnosis, run_dir: str, spec: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """The smoke's recipe for this run (its onset resolved against the run's metrics and checkpoints)."""
+    onsets, ckpts = _onset_inputs(d)
+    return resolve_onset(dict(spec.get("recipe") or {}), run_dir, onsets, ckpts)
+
+
+def reevaluate(d: Diagnosis, run_dir: Path, trust_recorded: bool = False) -> GateResult:
+    """The gate again over the same rule results with the state file as it is now (after an append): no
+    probe runs again, and the decision is still the gate's own."""
+    facts = [f for f in d.facts if f.kind != "smoke.result"] + record_facts(d.kb.registry, run_dir)
+    return apply_smokes(d.kb, rank(d.kb, d.engine.firings, d.engine.facts), facts, trust_recorded)
+
+
+def _pairs_of(g: GateResult, hid: str) -> list[Pair]:
+    return [p for p in g.pairs if p.hypothesis == hid or hid in p.effects]
+
+
+def pair_state(g: GateResult, hid: str) -> dict[str, Any]:
+    """Where the hypothesis stands in the pair protocol: its pairs, and which half is still missing."""
+    pairs = _pairs_of(g, hid)
+    own = [p for p in pairs if p.hypothesis == hid]
+    decided = [p for p in pairs if p.effects.get(hid) in ("confirmed", "refuted")]
+    if decided:
+        missing = None
+    elif own:
+        missing = own[-1].missing or None
+    else:
+        missing = "baseline"
+    return {"pairs": [p.to_dict() for p in pairs], "missing": missing}
+
+
+# --- plan ---------------------------------------------------------------------------------------
 def _plan_smoke(
-    kb: KnowledgeBase,
+    d: Diagnosis,
     run_dir: str,
     hid: str,
     sid: str,
@@ -123,8 +195,8 @@ def _plan_smoke(
     found: FoundCommand | None,
     timeout: float,
 ) -> dict[str, Any]:
-    spec = kb.smokes[sid]
-    recipe = dict(spec.get("recipe") or {})
+    spec = d.kb.smokes[sid]
+    recipe, onset_notes = concrete_recipe(d, run_dir, spec)
     entry: dict[str, Any] = {
         "id": sid,
         "description": spec["description"],
@@ -133,18 +205,31 @@ def _plan_smoke(
             name: {k: o[k] for k in ("confirms", "refutes", "meaning") if o.get(k)}
             for name, o in sorted(spec["outcomes"].items())
         },
-        "recipe": recipe,
+        "recipe": dict(spec.get("recipe") or {}),
     }
     if found is not None:
+        base = apply_recipe(found.argv, conditions_of(recipe))
         ap = apply_recipe(found.argv, recipe)
+        entry["baseline_command"] = smoke_run_cmd(
+            run_dir, hid, sid, primary, timeout, base.argv, baseline=True
+        )
         entry["command"] = smoke_run_cmd(run_dir, hid, sid, primary, timeout, ap.argv)
+        entry["argv_diff"] = _argv_diff(base.argv, ap.argv)
         entry["framework"] = ap.framework
         entry["changes"] = ap.changes
         entry["needs_code_change"] = ap.unapplied
-        entry["notes"] = ap.notes
+        entry["notes"] = onset_notes + ap.notes
     else:
+        entry["baseline_command"] = smoke_run_cmd(run_dir, hid, sid, primary, timeout, None, baseline=True)
         entry["command"] = smoke_run_cmd(run_dir, hid, sid, primary, timeout, None)
+        entry["notes"] = onset_notes
     return entry
+
+
+def _argv_diff(before: list[str], after: list[str]) -> list[str]:
+    from .engine.gate import argv_diff
+
+    return argv_diff(redact(shlex.join(before)), redact(shlex.join(after)))
 
 
 def _control_values(spec: Mapping[str, Any]) -> list[str]:
@@ -154,28 +239,41 @@ def _control_values(spec: Mapping[str, Any]) -> list[str]:
     return [first, *(v for v in values if v != first)]
 
 
+def _not_applicable(spec: Mapping[str, Any], hid: str) -> str:
+    for cond in spec.get("not_applicable") or []:
+        if hid in (cond.get("hypotheses") or []):
+            return str(cond.get("reason") or "it cannot change anything for this failure")
+    return ""
+
+
 def _plan_controls(
     run_dir: str, hid: str, sid: str, recipe: Mapping[str, Any], found: FoundCommand | None, timeout: float
 ) -> list[dict[str, Any]]:
-    """One control per axis. With a known command, the value suggested is one that really changes it from
-    the smoke's own command (the baseline): a control that changes nothing compares nothing."""
+    """One control per axis, each changing one variable from the baseline (the unchanged command under the
+    smoke's conditions). With a known command, the value suggested is one that really changes it: a control
+    that changes nothing compares nothing. A control that cannot change anything for this failure or this
+    run is listed as not applicable, with the reason."""
     out = []
     table = controls_table()["controls"]
-    base = apply_recipe(found.argv, recipe) if found is not None else None
+    cond = conditions_of(recipe)
+    base = apply_recipe(found.argv, cond) if found is not None else None
     for name, spec in table.items():
         values = _control_values(spec)
-        entry: dict[str, Any] = {"control": f"{name}={values[0]}", "axis": spec["axis"]}
+        entry: dict[str, Any] = {"control": f"{name}={values[0]}", "axis": spec["axis"], "applicable": True}
+        why_not = _not_applicable(spec, hid)
+        if why_not:
+            entry.update(applicable=False, reason=why_not)
+            out.append(entry)
+            continue
         argv: list[str] | None = None
         if found is not None and base is not None:
             fallback: dict[str, Any] | None = None
+            notes: list[str] = []
             for value in values:
                 ctl = overrides_for_control(name, value, table)
-                merged = {
-                    "env": {**(recipe.get("env") or {}), **ctl["env"]},
-                    "overrides": {**(recipe.get("overrides") or {}), **ctl["overrides"]},
-                    "args": list(recipe.get("args") or []),
-                }
+                merged = {"env": ctl["env"], "overrides": {**cond["overrides"], **ctl["overrides"]}}
                 ap = apply_recipe(found.argv, merged)
+                notes += [n for n in ap.notes if n not in notes]
                 cand = {
                     "control": f"{name}={value}",
                     "argv": ap.argv,
@@ -187,6 +285,10 @@ def _plan_controls(
                     break
                 if fallback is None and cand["needs_code_change"]:
                     fallback = cand
+            if notes:  # the control's variable does not exist in this run ("already a single process")
+                entry.update(applicable=False, reason=notes[0])
+                out.append(entry)
+                continue
             if fallback is None:  # no value changes this command line: say so rather than suggest a no-op
                 entry["changes"] = []
                 entry["needs_code_change"] = {}
@@ -204,46 +306,50 @@ def _plan_controls(
 def plan(args: argparse.Namespace) -> int:
     run_dir = _run_dir(args.run_dir)
     d = diagnose(_request(run_dir, args))
-    kb = d.kb
+    kb, g = d.kb, d.gate
     if args.hypothesis:
         targets = [_check_hypothesis(kb, args.hypothesis)]
     else:
-        targets = [h.id for h in d.gate.hypotheses if h.status == "hypothesis" and h.failure][:MAX_PLANNED]
-        if not targets and d.gate.verdict != "cause":
-            targets = _alternatives_of_refuted(d)[:MAX_PLANNED]
+        targets = g.leads[:MAX_PLANNED] if g.verdict != "cause" else []
     found = find_command(run_dir, args.cmd)
     timeout = float(args.timeout)
+    refuted = [h.id for h in g.hypotheses if h.status == "refuted"]
     out: dict[str, Any] = {
+        "schema": PLAN_SCHEMA,
         "run_dir": args.run_dir,
-        "verdict": d.gate.verdict,
-        "cause": d.gate.cause,
-        "refuted": [h.id for h in d.gate.hypotheses if h.status == "refuted"],
+        "verdict": g.verdict,
+        "cause": g.cause,
+        "refuted": refuted,
+        "leads": list(g.leads),
         "command_source": found.source if found else None,
         "command": redact(shlex.join(found.argv)) if found else None,
         "hypotheses": [],
     }
     for i, hid in enumerate(targets):
-        h = _find(d, hid)
+        h = _find(g, hid)
         sids = smokes_for(kb, hid, h)
+        state = pair_state(g, hid)
         item: dict[str, Any] = {
             "id": hid,
             "status": h.status if h else "not raised",
-            "alternative_of": [
-                x.id for x in d.gate.hypotheses if x.status == "refuted" and hid in x.alternatives
-            ],
+            "alternative_of": [x.id for x in g.hypotheses if x.status == "refuted" and hid in x.alternatives],
+            "consequence_of": list(h.explained_by) if h else [],
             "score": h.score if h else 0.0,
             "evidence": [f.source for f in (h.evidence if h else [])][:5],
+            "pairs": state["pairs"],
+            "missing": state["missing"],
             "smokes": [
-                _plan_smoke(kb, args.run_dir, hid, s, j == 0, found, timeout) for j, s in enumerate(sids)
+                _plan_smoke(d, args.run_dir, hid, s, j == 0, found, timeout) for j, s in enumerate(sids)
             ],
             "record": smoke_record_cmd(args.run_dir, hid),
         }
+        if hid in g.not_decided:
+            item["not_decided"] = g.not_decided[hid]
         if not sids and kb.taxonomy.get(hid, {}).get("smoke"):
             item["suggested"] = str(kb.taxonomy[hid]["smoke"])
         if i == 0 and sids:
-            item["controls"] = _plan_controls(
-                args.run_dir, hid, sids[0], kb.smokes[sids[0]].get("recipe") or {}, found, timeout
-            )
+            recipe, _ = concrete_recipe(d, args.run_dir, kb.smokes[sids[0]])
+            item["controls"] = _plan_controls(args.run_dir, hid, sids[0], recipe, found, timeout)
         out["hypotheses"].append(item)
     if getattr(args, "format", "text") == "json":
         sys.stdout.write(json.dumps(out, indent=2, ensure_ascii=False) + "\n")
@@ -252,14 +358,10 @@ def plan(args: argparse.Namespace) -> int:
     return 0
 
 
-def _alternatives_of_refuted(d: Diagnosis) -> list[str]:
-    """When smokes refuted every live hypothesis, their declared alternatives are what to smoke next."""
-    decided = {h.id for h in d.gate.hypotheses if h.status != "hypothesis"}
-    out: list[str] = []
-    for h in d.gate.hypotheses:
-        if h.status == "refuted":
-            out += [a for a in h.alternatives if a not in decided and a not in out and d.kb.is_failure(a)]
-    return out
+_MISSING = {
+    "baseline": "the baseline (the unchanged command, with --baseline; it must reproduce the failure)",
+    "change": "the change (the one-variable command, after a reproduced baseline)",
+}
 
 
 def _plan_text(p: Mapping[str, Any]) -> str:
@@ -272,6 +374,9 @@ def _plan_text(p: Mapping[str, Any]) -> str:
         )
     if p["refuted"]:
         lines.append(f"  refuted by smokes: {', '.join(p['refuted'])}")
+    lines.append(
+        "  a cause needs a pair: a baseline that reproduces the failure, then a one-variable change that trains"
+    )
     if not p["hypotheses"] and p["cause"]:
         lines.append(
             f"  nothing left to smoke: {p['cause']} is smoke-confirmed; to narrow its mechanism with controls, "
@@ -282,21 +387,21 @@ def _plan_text(p: Mapping[str, Any]) -> str:
     for h in p["hypotheses"]:
         lines.append("")
         cited = f"; evidence {', '.join(h['evidence'])}" if h["evidence"] else ""
-        if h["alternative_of"] and h["status"] == "not raised":
-            cited = f"; an alternative of the refuted {', '.join(h['alternative_of'])}"
+        if h["alternative_of"]:
+            cited += f"; an alternative of the refuted {', '.join(h['alternative_of'])}"
         lines.append(f"{h['id']} [{h['status']}] score {h['score']:.2f}{cited}")
+        if h.get("not_decided"):
+            lines.append(f"  a smoke result was not counted: {h['not_decided']}")
+        for pr in h["pairs"]:
+            lines += pair_lines(pr, "  ")
+        if h["missing"]:
+            lines.append(f"  missing: {_MISSING[h['missing']]}")
         if not h["smokes"]:
             hint = f": {h['suggested']}" if h.get("suggested") else ""
-            lines.append(f"  no smoke declared in the packs; run your own check and record it{hint}")
+            lines.append(f"  no smoke declared in the packs; run your own pair with smoke run{hint}")
         for s in h["smokes"]:
             lines.append(f"  smoke {s['id']}: {s['description']}")
-            for name, o in s["outcomes"].items():
-                bits = [f"confirms {', '.join(o['confirms'])}"] if o.get("confirms") else []
-                bits += [f"refutes {', '.join(o['refutes'])}"] if o.get("refutes") else []
-                if name == "timed_out":
-                    bits = ["decides nothing"]
-                meaning = f" - {o['meaning']}" if o.get("meaning") not in (None, "", "inconclusive") else ""
-                lines.append(f"    if {name}: {'; '.join(bits) or 'inconclusive'}{meaning}")
+            lines += outcome_lines(s["outcomes"], "    ")
             if s.get("changes"):
                 lines.append(f"    recipe applied ({s['framework']}): {'; '.join(s['changes'])}")
             if s.get("needs_code_change"):
@@ -306,13 +411,17 @@ def _plan_text(p: Mapping[str, Any]) -> str:
                 lines.append(f"    note: {n}")
             if s["recipe"].get("note"):
                 lines.append(f"    note: {s['recipe']['note']}")
-            lines.append(f"    run:    {s['command']}")
-        lines.append(f"  record a smoke run by hand: {h['record']}")
+            lines.append(f"    1. baseline: {s['baseline_command']}")
+            lines.append(f"    2. change:   {s['command']}")
+            if s.get("argv_diff"):
+                lines.append(f"       argv difference: {'; '.join(s['argv_diff'])}")
+        lines.append(f"  a check run by hand (counted only by `gate --trust-recorded`): {h['record']}")
         if h.get("controls"):
-            lines.append(
-                "  controls (if the smoke is ambiguous: change one variable, compare with its baseline):"
-            )
+            lines.append("  controls (one variable changed against the baseline, to narrow the mechanism):")
             for c in h["controls"]:
+                if not c["applicable"]:
+                    lines.append(f"    {c['control']} ({c['axis']}): not applicable: {c['reason']}")
+                    continue
                 todo = ", ".join(f"{k}={v}" for k, v in (c.get("needs_code_change") or {}).items())
                 lines.append(f"    {c['control']} ({c['axis']}): {c['command']}")
                 if c.get("changes"):
@@ -325,13 +434,23 @@ def _plan_text(p: Mapping[str, Any]) -> str:
 
 
 # --- run ------------------------------------------------------------------------------------------
-def _original_signatures(kb: KnowledgeBase, h: Hypothesis | None, hid: str) -> list[str]:
-    """What 'the same failure again' means: the signatures the diagnosis cited for this hypothesis, else
-    the signatures the packs associate with it."""
-    cited = sorted(
-        {str(f.attrs["signature"]) for f in (h.evidence if h else []) if f.kind == "log.signature"}
+def _original_signatures(kb: KnowledgeBase, g: GateResult, hid: str) -> list[str]:
+    """What 'the same failure again' means: the signatures the diagnosis cited for this hypothesis; for an
+    alternative of a refuted hypothesis, the ones cited for that hypothesis (the run's failure is the same);
+    else the signatures the packs associate with it."""
+
+    def cited(hs: Sequence[Hypothesis]) -> list[str]:
+        return sorted(
+            {str(f.attrs["signature"]) for h in hs for f in h.evidence if f.kind == "log.signature"}
+        )
+
+    h = _find(g, hid)
+    refuted = [x for x in g.hypotheses if x.status == "refuted" and hid in x.alternatives]
+    return (
+        cited([h] if h else [])
+        or cited(refuted)
+        or sorted(s.id for s in kb.signatures if hid in s.hypotheses)
     )
-    return cited or sorted(s.id for s in kb.signatures if hid in s.hypotheses)
 
 
 def _save_output(run_dir: Path, ex: Execution, stamp: str) -> str:
@@ -344,6 +463,14 @@ def _save_output(run_dir: Path, ex: Execution, stamp: str) -> str:
     return f"{STATE_DIR}/{name}"
 
 
+def training_progress(path: Path) -> int:
+    """Training records (step or loss lines) the metrics reader finds in a smoke's captured output."""
+    from .collectors.metrics_parse import LineReader
+
+    ss = LineReader().read(path, path.name)
+    return max((s.total for k, s in ss.series.items() if not k.startswith("val_")), default=0)
+
+
 def run(args: argparse.Namespace) -> int:
     run_dir = _run_dir(args.run_dir)
     argv = list(args.argv or [])
@@ -352,46 +479,46 @@ def run(args: argparse.Namespace) -> int:
     if args.timeout <= 0:
         raise UsageError("--timeout must be > 0 seconds")
     control = parse_control(args.control)
+    if control and args.baseline:
+        raise UsageError("smoke run: --baseline is the unchanged command; a --control changes one variable")
     d = diagnose(_request(run_dir, args))
     kb = d.kb
     hid = _check_hypothesis(kb, args.hypothesis)
-    h = _find(d, hid)
+    h = _find(d.gate, hid)
     sids = smokes_for(kb, hid, h)
     if args.smoke and args.smoke not in kb.smokes:
         raise UsageError(f"--smoke {args.smoke}: unknown smoke id")
     sid = args.smoke or (sids[0] if sids else "")
-    spec = kb.smokes.get(sid)
-    original = _original_signatures(kb, h, hid)
+    original = _original_signatures(kb, d.gate, hid)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     before = read_records(run_dir)
     ex = run_command(argv, float(args.timeout), signature_scanner(kb))
     if ex.error:
         raise UsageError(f"smoke run: cannot start the command: {ex.error}")
-    outcome, why = classify(ex, original, failure_signatures(kb))
-    if control:
-        status, meaning = (
-            "inconclusive",
-            "a control narrows the mechanism against its baseline; it decides nothing alone",
-        )
-    else:
-        status, meaning = map_outcome(spec, outcome, hid)
+    output_file = _save_output(run_dir, ex, stamp)
+    progress = training_progress(run_dir / output_file)
+    outcome, why = classify(ex, original, failure_signatures(kb), progress > 0)
+    role = "control" if control else "baseline" if args.baseline else "change"
     record: dict[str, Any] = {
         "kind": "run",
+        "role": role,
         "hypothesis": hid,
         "smoke": sid,
-        "outcome": status,
+        # The gate decides from pairs (engine/gate.py), never from this field: a run alone decides nothing.
+        "outcome": "inconclusive",
         "classification": outcome,
         "why": why,
-        "meaning": meaning,
         "command": redact(shlex.join(argv)),
+        "program": program_of(argv),
         "exit_code": ex.exit_code,
         "duration_s": ex.duration_s,
         "timeout_s": float(args.timeout),
         "signatures": ex.signatures,
         "original_signatures": original,
+        "progress_records": progress,
         "output_bytes": ex.total_bytes,
         "output_tail": redact(tail_lines(ex.tail or ex.head)),
-        "output_file": _save_output(run_dir, ex, stamp),
+        "output_file": output_file,
         "control": control,
         "time": stamp,
     }
@@ -404,64 +531,63 @@ def run(args: argparse.Namespace) -> int:
         # environment the tool runs in) or not at all; the pair is kept, and says so.
         record["same_command_as_baseline"] = bool(base and base.get("command") == record["command"])
     rec = append_record(run_dir, record)
-    derived = [] if control else _derived_records(run_dir, spec, sid, outcome, hid, rec)
-    _report_run(rec, derived, spec)
+    g = reevaluate(d, run_dir)
+    _report_run(args.run_dir, rec, g, d.kb.smokes.get(sid))
     return 0
 
 
-def _derived_records(
-    run_dir: Path, spec: Mapping[str, Any] | None, sid: str, outcome: str, hid: str, rec: Mapping[str, Any]
-) -> list[dict[str, Any]]:
-    """The same outcome also confirms or refutes the other hypotheses the smoke declares it decides."""
-    if outcome == "timed_out" or not spec:
-        return []
-    o = spec.get("outcomes", {}).get(outcome) or {}
-    out = []
-    for status, key in (("confirmed", "confirms"), ("refuted", "refutes")):
-        for other in o.get(key) or []:
-            if other == hid:
-                continue
-            out.append(
-                append_record(
-                    run_dir,
-                    {
-                        "kind": "run",
-                        "hypothesis": other,
-                        "smoke": sid,
-                        "outcome": status,
-                        "classification": outcome,
-                        "meaning": str(o.get("meaning", "")),
-                        "derived_from": rec["seq"],
-                        "command": rec["command"],
-                        "control": None,
-                        "time": rec["time"],
-                    },
-                )
-            )
-    return out
-
-
-def _report_run(
-    rec: Mapping[str, Any], derived: list[dict[str, Any]], spec: Mapping[str, Any] | None
-) -> None:
+def _report_run(run_dir: str, rec: Mapping[str, Any], g: GateResult, spec: Mapping[str, Any] | None) -> None:
     code = "timed out" if rec["exit_code"] is None else f"exit {rec['exit_code']}"
+    hid = rec["hypothesis"]
     print(
-        f"smoke {rec['smoke'] or '(none declared)'} for {rec['hypothesis']}: {rec['classification']} "
+        f"smoke {rec['smoke'] or '(none declared)'} for {hid}, {rec['role']}: {rec['classification']} "
         f"({code}, {rec['duration_s']:.1f}s; {rec['why']})"
     )
-    verb = {"confirmed": "CONFIRMED", "refuted": "refuted", "inconclusive": "inconclusive"}[rec["outcome"]]
-    print(f"  -> {rec['hypothesis']} {verb}" + (f": {rec['meaning']}" if rec.get("meaning") else ""))
-    for r in derived:
-        print(f"  -> {r['hypothesis']} {r['outcome']} (declared by the same outcome)")
+    pair = next((p for p in g.pairs if _seq_of(p, rec)), None)
+    if _find(g, hid) is None and rec["role"] != "control":
+        print(
+            f"  note: nothing in the evidence raised {hid}: a pair can confirm it only once it is an "
+            "alternative of a refuted hypothesis"
+        )
+    if rec["role"] == "baseline":
+        if rec["classification"] == "reproduced":
+            print(f"  baseline #{rec['seq']} reproduced the original failure: it counts.")
+            print(
+                "  next: the change, the same program and script with the one variable the smoke changes "
+                f"(`smoke plan {shlex.quote(run_dir)} --hypothesis {hid}` prints it)"
+            )
+        else:
+            print(
+                f"  baseline #{rec['seq']} did not reproduce the original failure: it does not count. A baseline "
+                "runs the unchanged command under the smoke's conditions and must fail the way the run did "
+                "(if the failure came late in the run, resume near it or run more steps)"
+            )
+    elif rec["role"] == "change" and pair is not None:
+        print(f"  {pair.why}")
+        if pair.diff:
+            print(
+                f"  argv difference from baseline #{pair.baseline.seq if pair.baseline else '?'}: "
+                f"{'; '.join(pair.diff)}"
+            )
+        if pair.effects:
+            meaning = map_outcome(spec, rec["classification"], hid)[1]
+            h = _find(g, hid)
+            status = h.status if h else "not raised"
+            verb = {"confirmed": "CONFIRMED", "refuted": "refuted"}.get(status, status)
+            print(f"  -> {hid} {verb}" + (f": {meaning}" if meaning else ""))
+            for other, eff in sorted(pair.effects.items()):
+                if other != hid:
+                    print(f"  -> {other} {eff} (declared by the same outcome)")
+            for other in sorted(set(pair.effects) & set(g.not_decided)):
+                print(f"  -> not counted for {other}: {g.not_decided[other]}")
+        else:
+            print(f"  -> {hid}: inconclusive; nothing decided")
     if rec.get("control"):
         base = rec.get("baseline_seq")
         print(
             f"  control {rec['control']['name']}={rec['control']['value']}: "
-            + (
-                f"paired with baseline #{base}"
-                if base
-                else "no baseline yet: run the smoke without --control"
-            )
+            + (f"paired with baseline #{base}" if base else "no baseline yet: run the smoke with --baseline")
+            + " (a control narrows the mechanism; it decides nothing alone)"
         )
         if rec.get("same_command_as_baseline"):
             print(
@@ -472,39 +598,45 @@ def _report_run(
     print(f"  recorded as #{rec['seq']} in {STATE_DIR}/smokes.jsonl; output kept in {rec['output_file']}")
 
 
+def _seq_of(p: Pair, rec: Mapping[str, Any]) -> bool:
+    half = p.change if rec["role"] == "change" else p.baseline
+    return half is not None and half.seq == rec["seq"]
+
+
 # --- record ---------------------------------------------------------------------------------------
 def record(args: argparse.Namespace) -> int:
     run_dir = _run_dir(args.run_dir)
     if not args.outcome:
         raise UsageError("smoke record: --outcome confirmed|refuted|inconclusive is required")
+    note = (args.note or "").strip()
+    if not note:
+        raise UsageError("smoke record: --note TEXT is required (what was run by hand, and what it showed)")
     kb = load_kb(_request(run_dir, args))
     hid = _check_hypothesis(kb, args.hypothesis)
     if args.smoke and args.smoke not in kb.smokes:
         raise UsageError(f"--smoke {args.smoke}: unknown smoke id")
-    if args.control:
-        # A control is compared with its baseline by how each run ended (passed, reproduced...), which only
-        # `smoke run` observes; an outcome typed by hand cannot be paired, and a control confirms nothing.
-        raise UsageError(
-            "smoke record: --control is for `smoke run ... --control NAME=VALUE -- COMMAND`, which classifies "
-            "the run and pairs it with its baseline"
-        )
     sid = args.smoke or (smokes_for(kb, hid) or [""])[0]
     rec = append_record(
         run_dir,
         {
             "kind": "record",
+            "recorded": True,
             "hypothesis": hid,
             "smoke": sid,
             "outcome": args.outcome,
-            "note": redact(args.note or ""),
+            "note": redact(note),
             "control": None,
             "time": time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()),
         },
     )
     print(
-        f"recorded #{rec['seq']}: {hid} {args.outcome}"
+        f"recorded #{rec['seq']} (by hand): {hid} {args.outcome}"
         + (f" ({sid})" if sid else "")
         + f" in {state_path(Path(args.run_dir))}"
+    )
+    print(
+        "  a result typed in by hand is kept as `recorded`: `gate` counts it only with --trust-recorded; "
+        "a smoke pair (`smoke run --baseline`, then the change) counts by itself"
     )
     return 0
 
@@ -516,45 +648,76 @@ def main(args: argparse.Namespace) -> int:
 
 
 # --- gate -----------------------------------------------------------------------------------------
-def _last_decisive(h: Hypothesis, outcome: str) -> Any:
-    """The smoke result that set the status (inconclusive ones never do)."""
-    return next((f for f in reversed(h.smoke_results) if f.attrs.get("outcome") == outcome), None)
+def _last_decisive(h: Hypothesis) -> Any:
+    """The smoke result that set the status (the change of the deciding pair, or a trusted record)."""
+    return next((f for f in reversed(h.smoke_results) if f.attrs.get("role") in ("change", "record")), None)
 
 
 def gate(args: argparse.Namespace) -> int:
     run_dir = _run_dir(args.run_dir)
-    d = diagnose(_request(run_dir, args))
+    trust = bool(getattr(args, "trust_recorded", False))
+    d = diagnose(_request(run_dir, args, trust_recorded=trust))
+    g = d.gate
     claim = _check_hypothesis(d.kb, args.claim, "--claim")
-    allowed, h = claim_allowed(d.gate, claim)
+    allowed, h = claim_allowed(g, claim)
     if allowed and h is not None:
-        last = _last_decisive(h, "confirmed")
-        via = f" by smoke {last.attrs.get('smoke') or '(by hand)'}, {last.source}" if last else ""
+        last = _last_decisive(h)
+        how = (
+            "a hand-recorded result (trusted)"
+            if last is not None and last.attrs.get("role") == "record"
+            else ("a smoke pair")
+        )
+        via = f" by {how}, {last.source}" if last is not None else ""
         print(f"gate: PASS: {claim} is smoke-confirmed{via}")
         return 0
     print(f"gate: FAIL: {claim} is not smoke-confirmed; do not claim it as the cause yet")
+    if claim in g.not_decided:
+        print(f"  a smoke result for it was not counted: {g.not_decided[claim]}")
     if h is None:
-        print(f"  missing: nothing in {args.run_dir} raised {claim}, and no smoke confirmed it")
+        print(f"  missing: nothing in {args.run_dir} raised {claim}, and no smoke pair confirmed it")
     elif h.status == "refuted":
-        last = _last_decisive(h, "refuted")
-        print(f"  refuted by a smoke ({last.source if last else 'state file'}); look elsewhere")
+        last = _last_decisive(h)
+        print(f"  refuted by a smoke ({last.source if last is not None else 'state file'}); look elsewhere")
     else:
         cites = ", ".join(f.source for f in h.evidence[:3]) or "none"
         print(f"  status: hypothesis (score {h.score:.2f}; evidence {cites})")
-        print("  missing: a smoke result that confirms it (rules alone never confirm a cause)")
-    confirmed = [x.id for x in d.gate.hypotheses if x.status == "confirmed" and x.id != claim]
+    hand = [r for r in g.recorded if r.hypothesis == claim and r.outcome == "confirmed"]
+    if hand and not trust:
+        print(
+            f"  recorded by hand as confirmed ({', '.join(r.source for r in hand)}), which the gate counts only "
+            "with --trust-recorded"
+        )
+    state = pair_state(g, claim)
+    for pr in state["pairs"]:
+        for line in pair_lines(pr, "  "):
+            print(line)
+    if state["missing"] and (h is None or h.status == "hypothesis"):
+        print(f"  missing: {_MISSING[state['missing']]}")
+    confirmed = [x.id for x in g.hypotheses if x.status == "confirmed" and x.id != claim]
     if confirmed:
         print(f"  smoke-confirmed instead: {', '.join(confirmed)}")
     sids = smokes_for(d.kb, claim, h)
     if sids:
         spec = d.kb.smokes[sids[0]]
         found = find_command(run_dir, None)
-        argv = apply_recipe(found.argv, spec.get("recipe") or {}).argv if found else None
+        recipe, _ = concrete_recipe(d, args.run_dir, spec)
+        base = apply_recipe(found.argv, conditions_of(recipe)).argv if found else None
+        change = apply_recipe(found.argv, recipe).argv if found else None
         print(f"  settle it with smoke {sids[0]}: {spec['description']}")
-        print(f"    {smoke_run_cmd(args.run_dir, claim, sids[0], True, 600.0, argv)}")
+        print(
+            f"    1. baseline: {smoke_run_cmd(args.run_dir, claim, sids[0], True, 600.0, base, baseline=True)}"
+        )
+        print(f"    2. change:   {smoke_run_cmd(args.run_dir, claim, sids[0], True, 600.0, change)}")
     else:
         hint = d.kb.taxonomy.get(claim, {}).get("smoke")
         print(
             f"  no smoke is declared for it in the packs; suggested check: {hint or 'a discriminating check'}"
         )
-    print(f"    or, after running it by hand: {smoke_record_cmd(args.run_dir, claim)}")
+        print(
+            f"    run it as a pair: smoke run {shlex.quote(args.run_dir)} --hypothesis {claim} --baseline -- "
+            "COMMAND, then the changed command"
+        )
+    print(
+        f"    a check run by hand (counted only with --trust-recorded): {smoke_record_cmd(args.run_dir, claim)}"
+    )
     return 1

@@ -26,6 +26,10 @@ OOM_LOG = (
     "unallocated.\n"
 )
 OOM_LINE = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
+TRAINER = str(Path(__file__).with_name("stand_in_trainer.py"))  # prints step/loss lines; OOMs above --fits
+BIG = [sys.executable, TRAINER, "--batch-size", "32", "--max-steps", "1"]  # reproduces the OOM
+SMALL = [sys.executable, TRAINER, "--batch-size", "1", "--max-steps", "1"]  # trains
+SMALL_OOM = [*SMALL, "--fits", "0"]  # one sample does not fit either: reproduces
 
 
 def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -49,6 +53,14 @@ def report(run: Path) -> dict:
     return json.loads(r.stdout)
 
 
+def smoke(run: Path, hid: str, *command: str, baseline: bool = False) -> subprocess.CompletedProcess[str]:
+    r = cli(
+        "smoke", "run", str(run), "--hypothesis", hid, *(["--baseline"] if baseline else []), "--", *command
+    )
+    assert r.returncode == 0, r.stderr
+    return r
+
+
 def status_of(rep: dict, hid: str) -> str:
     return next(h["status"] for h in rep["hypotheses"] if h["id"] == hid)
 
@@ -62,10 +74,25 @@ def oom_run(tmp_path: Path) -> Path:
 
 
 def test_record_validation(oom_run: Path) -> None:
-    bad = cli("smoke", "record", str(oom_run), "--hypothesis", "gpu_oom", "--outcome", "maybe")
+    bad = cli("smoke", "record", str(oom_run), "--hypothesis", "gpu_oom", "--outcome", "maybe", "--note", "x")
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
-    unknown = cli("smoke", "record", str(oom_run), "--hypothesis", "no_such_thing", "--outcome", "refuted")
+    unknown = cli(
+        "smoke",
+        "record",
+        str(oom_run),
+        "--hypothesis",
+        "no_such_thing",
+        "--outcome",
+        "refuted",
+        "--note",
+        "x",
+    )
     assert unknown.returncode == 2 and "unknown hypothesis" in unknown.stderr
+    for note in ([], ["--note", "  "]):  # a result typed in by hand says what was run
+        no_note = cli(
+            "smoke", "record", str(oom_run), "--hypothesis", "gpu_oom", "--outcome", "confirmed", *note
+        )
+        assert no_note.returncode == 2 and "--note" in no_note.stderr
     assert not (oom_run / ".mldebug").exists()
     ok = cli(
         "smoke",
@@ -79,8 +106,24 @@ def test_record_validation(oom_run: Path) -> None:
         "bs=1 ok",
     )
     assert ok.returncode == 0, ok.stderr
-    assert cli("gate", str(oom_run), "--claim", "gpu_oom").returncode == 0
-    # A control is paired by how the run ended, which only `smoke run` sees: by hand it is bad usage.
+    (rec,) = [json.loads(x) for x in (oom_run / ".mldebug" / "smokes.jsonl").read_text().splitlines()]
+    assert rec["kind"] == "record" and rec["recorded"] is True and rec["note"] == "bs=1 ok"
+    # Kept and shown as recorded, never counted without --trust-recorded.
+    g = cli("gate", str(oom_run), "--claim", "gpu_oom")
+    assert g.returncode == 1 and "counts only with --trust-recorded" in g.stdout
+    assert cli("gate", str(oom_run), "--claim", "gpu_oom", "--trust-recorded").returncode == 0
+    rep = report(oom_run)
+    assert rep["verdict"] == "uncertain" and status_of(rep, "gpu_oom") == "hypothesis"
+    (shown,) = next(h for h in rep["hypotheses"] if h["id"] == "gpu_oom")["recorded"]
+    assert shown == {
+        "outcome": "confirmed",
+        "note": "bs=1 ok",
+        "source": ".mldebug/smokes.jsonl:1",
+        "counted": False,
+    }
+    assert rep["smokes"]["recorded"][0]["hypothesis"] == "gpu_oom"
+    assert "recorded by hand: confirmed" in cli("diagnose", str(oom_run), "--offline").stdout
+    # A control is paired by how the run ended, which only `smoke run` sees: `record` has no such flag.
     ctl = cli(
         "smoke",
         "record",
@@ -89,30 +132,45 @@ def test_record_validation(oom_run: Path) -> None:
         "gpu_oom",
         "--outcome",
         "confirmed",
+        "--note",
+        "x",
         "--control",
         "workers=0",
     )
-    assert ctl.returncode == 2 and "smoke run" in ctl.stderr
+    assert ctl.returncode == 2 and "--control" in ctl.stderr
     assert len((oom_run / ".mldebug" / "smokes.jsonl").read_text().splitlines()) == 1
+
+
+def test_each_smoke_subcommand_owns_its_flags_and_shows_the_command_form() -> None:
+    run_help = cli("smoke", "run", "--help")
+    assert run_help.returncode == 0 and "-- COMMAND [ARG...]" in run_help.stdout
+    assert "--baseline" in run_help.stdout and "--note" not in run_help.stdout
+    rec_help = cli("smoke", "record", "--help").stdout
+    assert "--note" in rec_help and "--baseline" not in rec_help and "--timeout" not in rec_help
+    plan_help = cli("smoke", "plan", "--help").stdout
+    assert "--format" in plan_help and "--outcome" not in plan_help
+    assert "--trust-recorded" in cli("gate", "--help").stdout
+    wrong = cli("smoke", "plan", "/tmp", "--outcome", "confirmed")
+    assert wrong.returncode == 2 and "unrecognized arguments" in wrong.stderr
 
 
 def test_refuted_drops_and_next_leads(oom_run: Path) -> None:
     (oom_run / "dmesg.log").write_text(
         "[ 12.3] Out of memory: Killed process 4242 (python) total-vm:1kB, anon-rss:1kB\n"
     )
-    assert (
-        cli("smoke", "record", str(oom_run), "--hypothesis", "gpu_oom", "--outcome", "refuted").returncode
-        == 0
-    )
+    smoke(oom_run, "gpu_oom", *BIG, baseline=True)
+    smoke(oom_run, "gpu_oom", *SMALL_OOM)
     rep = report(oom_run)
-    assert rep["hypotheses"][-1]["id"] == "gpu_oom"
+    assert rep["hypotheses"][-1]["id"] == "gpu_oom" and rep["hypotheses"][-1]["status"] == "refuted"
     assert rep["hypotheses"][0]["id"] != "gpu_oom" and rep["hypotheses"][0]["status"] == "hypothesis"
 
 
 def test_all_refuted_plans_the_alternatives(oom_run: Path) -> None:
-    cli("smoke", "record", str(oom_run), "--hypothesis", "gpu_oom", "--outcome", "refuted")
+    smoke(oom_run, "gpu_oom", *BIG, baseline=True)
+    smoke(oom_run, "gpu_oom", *SMALL_OOM)
     rep = report(oom_run)
     assert [(h["id"], h["status"]) for h in rep["hypotheses"]] == [("gpu_oom", "refuted")]
+    assert rep["leads"][0] == "gpu_memory_leak"
     assert "Smokes refuted gpu_oom" in rep["next_action"] and "gpu_memory_leak" in rep["next_action"]
     plan = json.loads(cli("smoke", "plan", str(oom_run), "--format", "json").stdout)
     assert plan["refuted"] == ["gpu_oom"]
@@ -150,8 +208,11 @@ def test_plan_lists_smoke_outcomes_and_concrete_command(oom_run: Path) -> None:
     for c in top["controls"]:
         assert c["command"].count("--control") == 1
     text = cli("smoke", "plan", str(oom_run)).stdout
-    assert "if passed: confirms gpu_oom" in text and "if reproduced: refutes gpu_oom" in text
-    assert "if timed_out: decides nothing" in text
+    assert (
+        "if the change passed: confirms gpu_oom" in text
+        and "if the change reproduced: refutes gpu_oom" in text
+    )
+    assert "if the change timed_out: decides nothing" in text
     text = cli(
         "smoke", "plan", str(oom_run), "--hypothesis", "gpu_oom", "--cmd", "python train.py --batch-size 64"
     )
@@ -159,13 +220,7 @@ def test_plan_lists_smoke_outcomes_and_concrete_command(oom_run: Path) -> None:
 
 
 def test_controls_pair_with_baseline_in_report(oom_run: Path) -> None:
-    fail = f"import sys; print({OOM_LINE!r}); sys.exit(1)"
-    assert (
-        cli(
-            "smoke", "run", str(oom_run), "--hypothesis", "gpu_oom", "--", sys.executable, "-c", fail
-        ).returncode
-        == 0
-    )
+    smoke(oom_run, "gpu_oom", *BIG, baseline=True)
     r = cli(
         "smoke",
         "run",
@@ -175,33 +230,19 @@ def test_controls_pair_with_baseline_in_report(oom_run: Path) -> None:
         "--control",
         "grad_checkpointing=on",
         "--",
-        sys.executable,
-        "-c",
-        "print('fits')",
+        *SMALL,
     )
     assert r.returncode == 0, r.stderr
     assert "paired with baseline #1" in r.stdout
     rep = report(oom_run)
-    assert status_of(rep, "gpu_oom") == "refuted"  # a control alone decides nothing
+    assert status_of(rep, "gpu_oom") == "hypothesis"  # a control alone decides nothing
     (c,) = rep["controls"]
     assert c["control"] == "grad_checkpointing=on" and c["effect"] == "removes_failure"
     assert c["baseline"]["seq"] == 1 and "activation memory" in c["mechanism"]
     text = cli("diagnose", str(oom_run), "--offline").stdout
     assert "Controls" in text and "narrows to: activation memory" in text
     # The baseline's very argv under a control: kept (the change may live in a config file), but flagged.
-    same = cli(
-        "smoke",
-        "run",
-        str(oom_run),
-        "--hypothesis",
-        "gpu_oom",
-        "--control",
-        "workers=0",
-        "--",
-        sys.executable,
-        "-c",
-        fail,
-    )
+    same = cli("smoke", "run", str(oom_run), "--hypothesis", "gpu_oom", "--control", "workers=0", "--", *BIG)
     assert same.returncode == 0 and "the command is the same as baseline #1's" in same.stderr
     c2 = report(oom_run)["controls"][1]
     assert c2["control"] == "workers=0" and c2["effect"] == "no_effect" and c2["baseline"]["seq"] == 1
@@ -250,7 +291,7 @@ def test_two_concurrent_smoke_runs_keep_the_state_whole(oom_run: Path, tmp_path:
             f"    if os.path.exists({str(tmp_path / other)!r}): break\n"
             "    time.sleep(0.05)\n"
             "else: sys.exit('the other smoke never started')\n"
-            f"print('smoke {me} done')\n"
+            f"print('step 1 | loss 2.5 | smoke {me} done')\n"
         )
 
     smoke = [sys.executable, "-m", "mldebug_rules", "smoke", "run", str(oom_run), "--hypothesis", "gpu_oom"]
@@ -269,8 +310,11 @@ def test_two_concurrent_smoke_runs_keep_the_state_whole(oom_run: Path, tmp_path:
     lines = (oom_run / ".mldebug" / "smokes.jsonl").read_bytes().splitlines()
     recs = [json.loads(x) for x in lines]  # every line is one whole record
     assert sorted(r["seq"] for r in recs) == [1, 2]
-    assert sorted(r["output_tail"] for r in recs) == ["smoke a done", "smoke b done"]
-    assert all(r["classification"] == "passed" and r["outcome"] == "confirmed" for r in recs)
+    assert sorted(r["output_tail"] for r in recs) == [
+        "step 1 | loss 2.5 | smoke a done",
+        "step 1 | loss 2.5 | smoke b done",
+    ]
+    assert all(r["classification"] == "passed" and r["role"] == "change" for r in recs)
     files = {r["output_file"] for r in recs}
     assert len(files) == 2 and all((oom_run / f).is_file() for f in files)
     assert not [p for p in (oom_run / ".mldebug").iterdir() if p.name.endswith(".tmp")]
@@ -289,7 +333,7 @@ def test_output_streams_to_a_terminal_as_it_comes(oom_run: Path, tmp_path: Path)
         f"    if os.path.exists({str(sentinel)!r}): break\n"
         "    time.sleep(0.05)\n"
         "else: sys.exit('LIVE-1 was never shown')\n"
-        "print('LIVE-2', flush=True)\n"
+        "print('step 1 | loss 2.5 | LIVE-2', flush=True)\n"
     )
     argv = [sys.executable, "-m", "mldebug_rules", "smoke", "run", str(oom_run), "--hypothesis", "gpu_oom"]
     argv += ["--timeout", "120", "--", sys.executable, "-c", code]
@@ -315,10 +359,14 @@ def test_output_streams_to_a_terminal_as_it_comes(oom_run: Path, tmp_path: Path)
         os.close(master)
     text = seen.decode().replace("\r\n", "\n")
     assert proc.returncode == 0, proc.stderr.read() if proc.stderr else ""
-    assert text.index("LIVE-1") < text.index("LIVE-2") < text.index("smoke halve_batch for gpu_oom: passed")
+    assert (
+        text.index("LIVE-1")
+        < text.index("LIVE-2")
+        < text.index("smoke halve_batch for gpu_oom, change: passed")
+    )
     # Without a terminal only the summary is printed; the output is kept under .mldebug/ either way.
     piped = cli(*argv[3:-1], "print('QUIET')")
-    assert piped.returncode == 0 and "QUIET" not in piped.stdout and "passed" in piped.stdout
+    assert piped.returncode == 0 and "QUIET" not in piped.stdout and "no_progress" in piped.stdout
     out_file = json.loads((oom_run / ".mldebug" / "smokes.jsonl").read_text().splitlines()[-1])["output_file"]
     assert (oom_run / out_file).read_text() == "QUIET\n"
 
@@ -355,12 +403,20 @@ def test_claim_gate_hook(oom_run: Path, tmp_path: Path) -> None:
     blocked = hook(event)
     assert blocked.returncode == 2 and "halve_batch" in blocked.stderr
     assert hook("just a hypothesis so far").returncode == 0
-    assert (
-        cli(
-            "smoke", "run", str(oom_run), "--hypothesis", "gpu_oom", "--", sys.executable, "-c", "pass"
-        ).returncode
-        == 0
+    # A no-op and a hand-recorded confirmation never open it: the hook never passes --trust-recorded.
+    smoke(oom_run, "gpu_oom", "true")
+    assert hook(event).returncode == 2
+    rec = cli(
+        "smoke", "record", str(oom_run), "--hypothesis", "gpu_oom", "--outcome", "confirmed", "--note", "ok"
     )
+    assert rec.returncode == 0
+    held = hook(event)
+    assert held.returncode == 2 and "--trust-recorded" in held.stderr
+    code = [x for x in HOOK.read_text().splitlines() if not x.lstrip().startswith("#")]
+    assert not [x for x in code if "trust-recorded" in x]
+    # A reproduced baseline, then a batch-size-1 run that trains: now it passes.
+    smoke(oom_run, "gpu_oom", *BIG, baseline=True)
+    smoke(oom_run, "gpu_oom", *SMALL)
     assert hook(event).returncode == 0
     assert hook(f"Root cause: host_oom_kill (run: {oom_run})").returncode == 2
     # A cause the gate cannot check is blocked too (unless MLDEBUG_GATE_STRICT=0), with the reason.

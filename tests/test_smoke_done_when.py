@@ -3,9 +3,10 @@
 On a run directory whose log ends in a CUDA OOM (tests/data/cuda_oom_run, copied to a temp dir):
 - before any smoke, `gate --claim gpu_oom` fails and names the missing evidence and the settling smoke;
 - a command that hangs is stopped at --timeout (its whole process group) and decides nothing;
-- after `smoke run --hypothesis gpu_oom -- <a command that succeeds>`, diagnose's verdict is `cause` with
-  gpu_oom confirmed, `gate --claim gpu_oom` passes and `gate --claim host_oom_kill` fails;
-- on a second copy, a command that prints the same OOM and fails refutes gpu_oom;
+- after a baseline that reproduces the OOM (`smoke run --baseline`) and a batch-size-1 change that trains
+  (issue 17's pair), diagnose's verdict is `cause` with gpu_oom confirmed, `gate --claim gpu_oom` passes and
+  `gate --claim host_oom_kill` fails;
+- on a second copy, a change that prints the same OOM and fails refutes gpu_oom;
 - train.log is byte-identical afterwards, and nothing outside RUN_DIR/.mldebug/ was written.
 """
 
@@ -67,8 +68,14 @@ def records(run: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (run / ".mldebug" / "smokes.jsonl").read_text().splitlines()]
 
 
-def smoke_run(run: Path, timeout: str, *command: str) -> subprocess.CompletedProcess[str]:
-    r = cli("smoke", "run", str(run), "--hypothesis", "gpu_oom", "--timeout", timeout, "--", *command)
+TRAINER = str(Path(__file__).with_name("stand_in_trainer.py"))
+
+
+def smoke_run(
+    run: Path, timeout: str, *command: str, baseline: bool = False
+) -> subprocess.CompletedProcess[str]:
+    flag = ["--baseline"] if baseline else []
+    r = cli("smoke", "run", str(run), "--hypothesis", "gpu_oom", *flag, "--timeout", timeout, "--", *command)
     assert r.returncode == 0, r.stderr
     return r
 
@@ -98,15 +105,22 @@ def test_done_when_cuda_oom(tmp_path: Path) -> None:
     g = cli("gate", str(run), "--claim", "gpu_oom")
     assert g.returncode == 1, g.stdout + g.stderr
     assert "gpu_oom is not smoke-confirmed" in g.stdout
-    assert "missing: a smoke result that confirms it" in g.stdout
+    assert "missing: the baseline" in g.stdout
     assert "settle it with smoke halve_batch" in g.stdout
-    # the concrete command: the launch line from train.log with the smoke's recipe applied
+    # the concrete pair: the launch line from train.log under the smoke's conditions, then with its recipe
     assert (
-        f"smoke run {run} --hypothesis gpu_oom --timeout 600 -- python run_clm.py --model_name_or_path "
+        f"baseline: mldebug-rules smoke run {run} --hypothesis gpu_oom --baseline --timeout 600 -- python "
+        "run_clm.py --model_name_or_path gpt2-large --dataset_name wikitext --dataset_config_name "
+        "wikitext-103-raw-v1 --per_device_train_batch_size 32 --max_steps 1 --learning_rate 5e-05 --fp16"
+    ) in g.stdout
+    assert (
+        f"change:   mldebug-rules smoke run {run} --hypothesis gpu_oom --timeout 600 -- python run_clm.py --model_name_or_path "
         "gpt2-large --dataset_name wikitext --dataset_config_name wikitext-103-raw-v1 "
         "--per_device_train_batch_size 1 --max_steps 1 --learning_rate 5e-05 --fp16"
     ) in g.stdout
-    assert f"smoke record {run} --hypothesis gpu_oom --outcome confirmed|refuted|inconclusive" in g.stdout
+    assert (
+        f"smoke record {run} --hypothesis gpu_oom --outcome confirmed|refuted|inconclusive --note" in g.stdout
+    )
 
     # 2. A hang is stopped at --timeout, with the grandchild it started, and decides nothing, even though it
     #    printed the original OOM before hanging.
@@ -130,22 +144,27 @@ def test_done_when_cuda_oom(tmp_path: Path) -> None:
     assert rep["verdict"] == "uncertain" and hyp(rep, "gpu_oom")["status"] == "hypothesis"
     assert cli("gate", str(run), "--claim", "gpu_oom").returncode == 1
 
-    # 3. A smoke that succeeds at batch size 1 confirms gpu_oom: the verdict becomes `cause`.
-    ok = "print({'loss': 3.41, 'learning_rate': 5e-05, 'epoch': 0.0})\nprint({'train_runtime': 1.9})\n"
-    r = smoke_run(run, "120", sys.executable, "-c", ok)
-    assert "passed" in r.stdout and "gpu_oom CONFIRMED" in r.stdout
-    first, second = records(run)
+    # 3. A baseline that reproduces the OOM, then a batch-size-1 change that trains: gpu_oom is confirmed.
+    r = smoke_run(
+        run, "120", sys.executable, TRAINER, "--batch-size", "32", "--max-steps", "1", baseline=True
+    )
+    assert "reproduced" in r.stdout and "it counts" in r.stdout
+    r = smoke_run(run, "120", sys.executable, TRAINER, "--batch-size", "1", "--max-steps", "1")
+    assert "passed" in r.stdout and "gpu_oom CONFIRMED" in r.stdout and "--batch-size 32 -> 1" in r.stdout
+    first, base, second = records(run)
     assert first == rec  # append-only: the earlier record is untouched
-    assert (second["seq"], second["hypothesis"], second["smoke"]) == (2, "gpu_oom", "halve_batch")
-    assert (second["classification"], second["outcome"], second["exit_code"]) == ("passed", "confirmed", 0)
-    assert second["output_tail"].endswith("{'train_runtime': 1.9}")
-    assert (run / second["output_file"]).read_text().endswith("{'train_runtime': 1.9}\n")
+    assert (base["seq"], base["role"], base["classification"]) == (2, "baseline", "reproduced")
+    assert (second["seq"], second["hypothesis"], second["smoke"]) == (3, "gpu_oom", "halve_batch")
+    assert (second["classification"], second["role"], second["exit_code"]) == ("passed", "change", 0)
+    assert second["progress_records"] == 1
+    assert second["output_tail"].endswith("Training completed.")
+    assert (run / second["output_file"]).read_text().endswith("Training completed.\n")
     rep = report(run)
     assert rep["verdict"] == "cause" and rep["cause"] == "gpu_oom"
     top = rep["hypotheses"][0]
     assert (top["id"], top["status"]) == ("gpu_oom", "confirmed")
     sources = [e["source"] for e in top["evidence"]]
-    assert f"train.log:{OOM_LINE}" in sources and ".mldebug/smokes.jsonl:2" in sources
+    assert f"train.log:{OOM_LINE}" in sources and ".mldebug/smokes.jsonl:3" in sources
     # the smokes' own captured output (the hang printed an OOM) is never read back as run evidence
     everywhere = [e["source"] for h in rep["hypotheses"] for e in h["evidence"]]
     assert not [x for x in everywhere if x.startswith(".mldebug/smoke-")]
@@ -159,18 +178,22 @@ def test_done_when_cuda_oom(tmp_path: Path) -> None:
     assert hashlib.sha256((run / "train.log").read_bytes()).hexdigest() == log_sha
     assert snapshot(run) == before
     state = sorted(p.name for p in (run / ".mldebug").iterdir())
-    assert state[-1] == "smokes.jsonl" and len(state) == 3
+    assert state[-1] == "smokes.jsonl" and len(state) == 4
     assert all(n.startswith("smoke-") and n.endswith(".out") for n in state[:-1])
 
     # 5. On a fresh copy, a smoke that prints the same OOM and fails refutes gpu_oom.
     run2 = tmp_path / "run2"
     shutil.copytree(RUN, run2)
     before2 = snapshot(run2)
-    oom = f"import sys\nprint({SMOKE_OOM!r}, file=sys.stderr)\nsys.exit(1)\n"
-    r = smoke_run(run2, "120", sys.executable, "-c", oom)
+    r = smoke_run(
+        run2, "120", sys.executable, TRAINER, "--batch-size", "32", "--max-steps", "1", baseline=True
+    )
+    r = smoke_run(
+        run2, "120", sys.executable, TRAINER, "--batch-size", "1", "--max-steps", "1", "--fits", "0"
+    )
     assert "reproduced" in r.stdout and "gpu_oom refuted" in r.stdout
-    (rec2,) = records(run2)
-    assert (rec2["classification"], rec2["outcome"], rec2["exit_code"]) == ("reproduced", "refuted", 1)
+    _, rec2 = records(run2)
+    assert (rec2["classification"], rec2["role"], rec2["exit_code"]) == ("reproduced", "change", 1)
     assert rec2["signatures"] == {"cuda_oom": 1}
     rep = report(run2)
     assert rep["verdict"] == "uncertain" and rep["cause"] is None

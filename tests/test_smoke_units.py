@@ -12,13 +12,21 @@ from pathlib import Path
 
 import pytest
 from mldebug_rules.collectors.smoke_state import append_record, read_records, state_path
+from mldebug_rules.engine.gate import argv_diff
 from mldebug_rules.engine.packs import KnowledgeBase
 
 from mldebug_rules.errors import UsageError
 from mldebug_rules.smoke_controls import effect_of, find_baseline, pairs, parse_control
 from mldebug_rules.smoke_exec import Execution, classify, failure_signatures, run_command, signature_scanner
-from mldebug_rules.smoke_recipe import apply_recipe, find_command, parse_command_line, split_command
-from mldebug_rules.smokecmd import map_outcome, smokes_for
+from mldebug_rules.smoke_recipe import (
+    apply_recipe,
+    conditions_of,
+    find_command,
+    parse_command_line,
+    resolve_onset,
+    split_command,
+)
+from mldebug_rules.smokecmd import map_outcome, program_of, smokes_for
 
 HALVE = {"overrides": {"batch_size": 1, "max_steps": 1}}
 FP32 = {"overrides": {"precision": "32", "fp16": False, "bf16": False}}
@@ -317,12 +325,15 @@ def _ex(code: int | None, sigs: dict[str, int] | None = None, timed_out: bool = 
 def test_classify(kb: KnowledgeBase) -> None:
     fails = failure_signatures(kb)
     assert "cuda_oom" in fails and "training_completed" not in fails
-    assert classify(_ex(0), ["cuda_oom"], fails)[0] == "passed"
-    assert classify(_ex(0, {"training_completed": 1}), ["cuda_oom"], fails)[0] == "passed"
-    assert classify(_ex(1, {"cuda_oom": 1}), ["cuda_oom"], fails)[0] == "reproduced"
-    assert classify(_ex(1), ["cuda_oom"], fails)[0] == "failed_differently"
-    assert classify(_ex(0, {"enospc": 2}), ["cuda_oom"], fails)[0] == "failed_differently"
-    assert classify(_ex(None, {"cuda_oom": 1}, timed_out=True), ["cuda_oom"], fails)[0] == "timed_out"
+    assert classify(_ex(0), ["cuda_oom"], fails, True)[0] == "passed"
+    assert classify(_ex(0, {"training_completed": 1}), ["cuda_oom"], fails, True)[0] == "passed"
+    # exit 0 alone proves nothing: without step or loss lines in its own output it did not train
+    assert classify(_ex(0), ["cuda_oom"], fails, False)[0] == "no_progress"
+    assert classify(_ex(1, {"cuda_oom": 1}), ["cuda_oom"], fails, True)[0] == "reproduced"
+    assert classify(_ex(1), ["cuda_oom"], fails, True)[0] == "failed_differently"
+    assert classify(_ex(0, {"enospc": 2}), ["cuda_oom"], fails, True)[0] == "failed_differently"
+    timed = _ex(None, {"cuda_oom": 1}, timed_out=True)
+    assert classify(timed, ["cuda_oom"], fails, True)[0] == "timed_out"
 
 
 def test_run_command_scans_whole_output_but_keeps_it_bounded(kb: KnowledgeBase) -> None:
@@ -384,9 +395,12 @@ def test_map_outcome(kb: KnowledgeBase) -> None:
     assert map_outcome(spec, "passed", "gpu_oom")[0] == "confirmed"
     assert map_outcome(spec, "reproduced", "gpu_oom")[0] == "refuted"
     assert map_outcome(spec, "failed_differently", "gpu_oom")[0] == "inconclusive"
-    assert map_outcome(spec, "timed_out", "gpu_oom") == ("inconclusive", "a timeout decides nothing")
+    assert map_outcome(spec, "no_progress", "gpu_oom")[0] == "inconclusive"
+    assert map_outcome(spec, "timed_out", "gpu_oom")[0] == "inconclusive"
     assert map_outcome(spec, "passed", "host_oom_kill")[0] == "inconclusive"
-    assert map_outcome(None, "passed", "gpu_oom")[0] == "inconclusive"
+    # no smoke declared: the protocol's default (a passing change confirms, a reproducing one refutes)
+    assert map_outcome(None, "passed", "gpu_oom")[0] == "confirmed"
+    assert map_outcome(None, "reproduced", "gpu_oom")[0] == "refuted"
     assert smokes_for(kb, "gpu_oom")[0] == "halve_batch"
     assert "alloc_expandable_segments" in smokes_for(kb, "gpu_oom")
 
@@ -454,3 +468,122 @@ def test_effects_and_pairing() -> None:
     assert "not the mechanism" in p["mechanism"]
     (lone,) = pairs([ctl])
     assert lone["effect"] == "unpaired" and lone["baseline"] is None
+
+
+# --- issue 17: recipes on recorded command lines -----------------------------------------------------------
+def test_recipe_changes_the_existing_flag_instead_of_adding_a_second() -> None:
+    """An HF-style command whose script has its own `--num_workers 4`: the workers control changes that flag,
+    never adds `--dataloader_num_workers 0` next to it (two flags for one setting)."""
+    cmd = [
+        "python",
+        "train.py",
+        "--output_dir",
+        "out",
+        "--per_device_train_batch_size",
+        "8",
+        "--num_workers",
+        "4",
+        "--fp16",
+    ]
+    ap = apply_recipe(cmd, {"overrides": {"num_workers": 0}})
+    assert ap.framework == "hf"
+    assert ap.argv == [*cmd[:6], "--num_workers", "0", "--fp16"]
+    assert "--dataloader_num_workers" not in ap.argv and ap.changes == ["--num_workers 4 -> 0"]
+    # the same for a batch size the script spells its own way
+    ap = apply_recipe(
+        ["python", "t.py", "--output_dir", "o", "--batch_size=16"], {"overrides": {"batch_size": 1}}
+    )
+    assert ap.argv == ["python", "t.py", "--output_dir", "o", "--batch_size=1"]
+    # and when no spelling of it is there, the framework's own flag is added once
+    ap = apply_recipe(["python", "t.py", "--output_dir", "o"], {"overrides": {"num_workers": 0}})
+    assert ap.argv[-2:] == ["--dataloader_num_workers", "0"]
+
+
+def test_baseline_gets_only_the_smoke_conditions() -> None:
+    recipe = {
+        "overrides": {"batch_size": 1, "max_steps": 1},
+        "env": {"X": "1"},
+        "args": ["--nproc-per-node", "1"],
+    }
+    assert conditions_of(recipe) == {"overrides": {"max_steps": 1}}
+    cmd = [
+        "torchrun",
+        "--nproc_per_node",
+        "2",
+        "train.py",
+        "--per_device_train_batch_size",
+        "32",
+        "--max_steps",
+        "1000",
+    ]
+    assert apply_recipe(cmd, conditions_of(recipe)).argv == [*cmd[:-1], "1"]
+
+
+ONSET = {
+    "overrides": {"learning_rate": 0, "max_steps": 50},
+    "onset": {"trends": ["diverging", "nan_onset"], "past_steps": 20},
+}
+
+
+def test_lr_zero_resumes_before_the_onset_and_runs_past_it() -> None:
+    """Recorded: `python train.py --lr 0.003 --max-steps 5000 --resume ''`-style run that diverged at step
+    4200 and went NaN at 4810, with checkpoints every 1000 steps (the one at 5000 was saved after the NaN)."""
+    onsets = [("diverging", 4200), ("nan_onset", 4810), ("plateau", 100)]
+    ckpts = [
+        ("checkpoints/step_3000.pt", 3000),
+        ("checkpoints/step_4000.pt", 4000),
+        ("checkpoints/step_5000.pt", 5000),
+    ]
+    recipe, notes = resolve_onset(ONSET, "runs/x", onsets, ckpts)
+    assert recipe["overrides"] == {
+        "learning_rate": 0,
+        "max_steps": 4830,
+        "resume_from": "runs/x/checkpoints/step_4000.pt",
+    }
+    assert "onset" not in recipe and any("step_4000.pt" in n for n in notes)
+    ap = apply_recipe(["python", "train.py", "--lr", "0.003", "--max-steps", "5000", "--resume", ""], recipe)
+    assert ap.argv == [
+        "python",
+        "train.py",
+        "--lr",
+        "0",
+        "--max-steps",
+        "4830",
+        "--resume",
+        "runs/x/checkpoints/step_4000.pt",
+    ]
+    # HF: the checkpoint folder, through --resume_from_checkpoint; fp32_rerun's recipe resolves the same way
+    hf = resolve_onset(ONSET, "r", [("nan_onset", 700)], [("out/checkpoint-500/trainer_state.json", 500)])[0]
+    ap = apply_recipe(["python", "run.py", "--output_dir", "out", "--max_steps", "1000"], hf)
+    assert ap.argv[-4:] == ["--learning_rate", "0", "--resume_from_checkpoint", "r/out/checkpoint-500"]
+    assert "--max_steps" in ap.argv and ap.argv[ap.argv.index("--max_steps") + 1] == "720"
+    # no checkpoint before the onset: from scratch, still past the onset; onset unknown: said so
+    recipe, notes = resolve_onset(ONSET, "r", [("nan_onset", 32), ("diverging", 7)], [("c/step_10.pt", 10)])
+    assert recipe["overrides"] == {"learning_rate": 0, "max_steps": 52} and "from scratch" in notes[-1]
+    recipe, notes = resolve_onset(ONSET, "r", [], [])
+    assert recipe["overrides"] == {"learning_rate": 0, "max_steps": 50} and "not known" in notes[0]
+
+
+def test_numerics_smokes_resolve_their_onset(kb: KnowledgeBase) -> None:
+    for sid in ("lr_zero", "fp32_rerun"):
+        assert kb.smokes[sid]["recipe"]["onset"]["trends"], sid
+
+
+def test_program_of_ignores_options_and_environment() -> None:
+    assert program_of(["env", "A=1", "python3.11", "train.py", "--bs", "1"]) == "python train.py"
+    assert program_of(["torchrun", "--nproc_per_node", "8", "./train.py", "--x"]) == "torchrun train.py"
+    assert program_of(["torchrun", "--nproc_per_node", "1", "train.py"]) == "torchrun train.py"
+    assert program_of(["true"]) == "true"
+    assert program_of(["bash", "run.sh", "--bs", "32"]) == program_of(["bash", "./run.sh", "--bs", "1"])
+    assert program_of(["./train.sh", "--bs", "32"]) == "train.sh"
+    assert program_of(["python", "-c", "print(1)"]) != program_of(["python", "-c", "print(2)"])
+    assert program_of(["python", "-c", "print(1)", "x"]) != program_of(["python", "-c", "print(2)", "y"])
+    assert program_of(["python", "-m", "pkg.train", "a=1"]) == "python -m pkg.train"
+    assert program_of(["python", "other.py"]) != program_of(["python", "train.py"])
+
+
+def test_argv_diff() -> None:
+    assert argv_diff("python t.py --bs 32 --fp16", "python t.py --bs 1 --fp16") == ["--bs 32 -> 1"]
+    assert argv_diff("python t.py --fp16", "python t.py") == ["- --fp16"]
+    assert argv_diff("python t.py", "env A=1 python t.py") == ["+ env A=1"]
+    assert argv_diff("python t.py", "python t.py") == []

@@ -77,6 +77,7 @@ if [ -z "$run_dir" ]; then
   exit 2
 fi
 
+# Never --trust-recorded: a result typed in with `smoke record` is the assistant's word, not a smoke's.
 out="$("$bin" gate "$run_dir" --claim "$claim" 2>&1)"
 rc=$?
 case "$rc" in
@@ -84,7 +85,7 @@ case "$rc" in
   1)
     {
       echo "You stated 'Root cause: $claim', but mldebug-rules has no smoke confirming it."
-      echo "State it as a hypothesis, or run the smoke below and let its result decide."
+      echo "State it as a hypothesis, or run the smoke pair below (the baseline, then the one-variable change) and let its result decide."
       echo "$out"
     } >&2
     exit 2 ;;
