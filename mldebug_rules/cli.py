@@ -61,6 +61,15 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("packs", nargs="*", metavar="PACK_DIR")
     r.add_argument("--strict", action="store_true")
     r.add_argument("--engine", choices=["auto", "durable", "python"], default=None)
+    r.add_argument(
+        "--pack",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="test: the packs of that name; new: the pack name, with a pyproject.toml around it",
+    )
+    for what in ("ids", "signatures", "smokes"):
+        r.add_argument(f"--{what}", action="store_true", help=f"list: the {what} with their titles")
 
     s = sub.add_parser("smoke", help="plan, run and record smokes")
     s.add_argument("action", choices=["plan", "run", "record"])
