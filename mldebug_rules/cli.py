@@ -194,7 +194,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] == ["smoke"] and "--" in argv:
         cut = argv.index("--")
         argv, command = argv[:cut], argv[cut + 1 :]
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra and args.command == "rules" and not any(x.startswith("-") for x in extra):
+        args.packs += extra  # `rules test --pack acme DIR`: folders after the options are folders too
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if command is not None:
         args.argv = command
     if not args.command:
