@@ -62,7 +62,7 @@ def _check_hypothesis(kb: KnowledgeBase, hid: str | None, flag: str = "--hypothe
         close += sorted(k for k in known if hid.lower() in k.lower() and k not in close)[:3]
         hint = f"did you mean {', '.join(close)}? " if close else ""
         raise UsageError(
-            f"{flag} {hid}: unknown diagnosis id ({hint}`mldebug-rules rules list --ids` lists them all)"
+            f"{flag} {hid}: unknown hypothesis id ({hint}`mldebug-rules rules list --ids` lists them all)"
         )
     return hid
 
