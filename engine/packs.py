@@ -514,7 +514,7 @@ def _unsupported_construct(compiled: re.Pattern[bytes]) -> str:
     def walk(node: Any) -> str:
         if isinstance(node, sre_parse.SubPattern):
             for op, arg in node:
-                found = names.get(str(op)) or walk(arg)
+                found = names.get(getattr(op, "name", str(op))) or walk(arg)
                 if found:
                     return found
         elif isinstance(node, (tuple, list)):
