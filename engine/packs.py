@@ -416,10 +416,10 @@ def _read_packs(dirs: Sequence[tuple[Path, str]], disable: Any) -> list[_RawPack
         seen_paths.add(real)
         try:
             raw = read_pack(path, origin)
-        except PackMissing:
-            if origin == "--rules":
+        except PackMissing as e:
+            if origin == "--rules":  # a folder named on the command line: bad usage, whatever --strict says
                 raise
-            disable(origin, sys.exc_info()[1])
+            disable(origin, e)
             continue
         except (PackError, YamlError, FactError) as e:
             disable(origin, e)
