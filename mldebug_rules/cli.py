@@ -96,6 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("labels_dir", metavar="LABELS_DIR", nargs="?")
     e.add_argument("--rules", action="append", default=[], metavar="DIR")
     e.add_argument("--format", choices=["text", "json"], default="text")
+    e.add_argument("--subset", choices=["all", "non-blind", "blind"], default="all", help="cases to evaluate")
+    e.add_argument("--show-blind", action="store_true", help="print the blind cases' per-case results too")
     return p
 
 
