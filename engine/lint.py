@@ -13,7 +13,9 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import regex
 
@@ -127,11 +129,32 @@ def _signature_problems(kb: KnowledgeBase, only: set[str] | None) -> list[Proble
     return out
 
 
+def _signature_names(pat: Mapping[str, Any]) -> list[str]:
+    cond = pat["match"].get("signature")
+    if isinstance(cond, str):
+        return [cond]
+    if isinstance(cond, dict):
+        return list(cond.get("in", [])) + ([cond["eq"]] if "eq" in cond else [])
+    return []
+
+
+def _context_only(pat: Mapping[str, Any], roles_of: Mapping[str, str]) -> bool:
+    """A log.signature pattern that can only match context signatures (advice text)."""
+    if pat["kind"] != "log.signature":
+        return False
+    names = _signature_names(pat)
+    return bool(names) and all(roles_of.get(n) == "context" for n in names)
+
+
 def _rule_problems(kb: KnowledgeBase, only: set[str] | None) -> list[Problem]:
     out: list[Problem] = []
     sig_ids = {s.id for s in kb.signatures}
     used: set[str] = set()
+    roles_of = {s.id: s.role for s in kb.signatures}
     for rule in kb.rules:
+        # A context signature may join an anchoring pattern (an exception after a network path), but a rule
+        # whose every pattern rests on context signatures would turn advice text into a failure.
+        anchored = any(not _context_only(pat, roles_of) for pat in rule.spec["when"].values())
         for pname, pat in rule.spec["when"].items():
             if pat["kind"] != "log.signature":
                 continue
@@ -161,8 +184,7 @@ def _rule_problems(kb: KnowledgeBase, only: set[str] | None) -> list[Problem]:
                         f"rule {rule.id}: when.{pname} matches every signature; name the signatures",
                     )
                 )
-            roles = {s.role for s in kb.signatures if s.id in names}
-            if names and roles == {"context"}:
+            if not anchored and _context_only(pat, roles_of):
                 out.append(
                     Problem(
                         rule.where,
