@@ -295,7 +295,10 @@ def parse_saved(text: str) -> Iterator[tuple[int, dict[str, Any], str]]:
     m = _NO_GPU.search(text)
     if m and not re.search(r"^GPU [0-9A-Fa-f]{4,8}:", text, re.M) and "|=" not in text:
         line = text[: m.start()].count("\n") + 1
-        yield line, {"present": False}, m.group(0)
+        lost = _LOST.search(text)
+        # "Unable to determine the device handle for GPU 0000:03:00.0: Unknown Error": the GPU is there (the
+        # driver names its bus id) but does not answer, which is not the same as no GPU at all.
+        yield line, ({"present": True, "lost": True} if lost else {"present": False}), m.group(0)
         return
     if "NVSMI LOG" in text or re.search(r"^GPU [0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:", text, re.M):
         yield from parse_q(text)

@@ -307,7 +307,7 @@ def exception_facts(
                 "in_traceback": e.in_traceback,
                 "from_end": max(0, res.total_lines - e.line),
             }
-            text = e.text.splitlines()[0] if e.text else ""
+            text = lines.get(e.line) or (e.text.splitlines()[0] if e.text else "")
             try:
                 facts.append(
                     reg.make(
@@ -351,7 +351,7 @@ def exception_facts(
                             file=src.display,
                             line=f.log_line,
                             rank=rank,
-                            text=f.text[:2000],
+                            text=(lines.get(f.log_line) or f.text)[:2000],
                         )
                     )
     return facts

@@ -132,7 +132,6 @@ _NOT_TYPES = frozenset(
         "Cell",
         "Input",
         "Process",
-        "Exception",
     }
 )
 
@@ -236,6 +235,33 @@ def _strip_prefix(text: str) -> tuple[str, int | None]:
     return text[m.end() :], int(r) if r is not None else None
 
 
+def _prefix_rx(prefix: str) -> re.Pattern[str]:
+    """A logger's per-line prefix as a pattern: its digits (timestamps, pids, line numbers) may change."""
+    return re.compile(re.sub(r"\d+", r"\\d+", re.escape(prefix)))
+
+
+def _strip_repeated_prefixes(lines: list[tuple[int, str]]) -> list[tuple[int, str]]:
+    """Remove a prefix that a logger or launcher put on every line of a traceback ("stderr: ", "ERROR 06-03
+    10:20:03 worker.py:145] "): it is whatever precedes the header, when the next line starts the same way."""
+    out = list(lines)
+    k = 0
+    while k < len(out):
+        no, text = out[k]
+        at = text.find(HEADER)
+        prefix = text[:at] if at > 0 else ""
+        if prefix.strip() and k + 1 < len(out):
+            rx = _prefix_rx(prefix)
+            if rx.match(out[k + 1][1]):
+                out[k] = (no, text[at:])
+                k += 1
+                while k < len(out) and (m := rx.match(out[k][1])):
+                    out[k] = (out[k][0], out[k][1][m.end() :])
+                    k += 1
+                continue
+        k += 1
+    return out
+
+
 def _unbox(text: str) -> str:
     t = text.rstrip()
     if t[:1] in _BOX:
@@ -324,6 +350,7 @@ class _Parser:
         return self.out
 
     def _parse_stream(self, lines: list[tuple[int, str]]) -> None:
+        lines = _strip_repeated_prefixes(lines)
         i, n = 0, len(lines)
         pending_link = ""  # link from the previous exception to the next one
         pending_origin: tuple[str, int, int | None] | None = None  # origin for the next traceback

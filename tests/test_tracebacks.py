@@ -294,3 +294,26 @@ def test_exception_facts_in_a_diagnosis(tmp_path: Path, kb: KnowledgeBase) -> No
         ("torch", "reraise"),
         ("PIL", "open"),
     }
+
+
+def test_logger_prefix_on_every_line_and_plain_exception() -> None:
+    lines = [
+        "ERROR 06-03 10:20:03 worker_base.py:145] Traceback (most recent call last):",
+        'ERROR 06-03 10:20:03 worker_base.py:145]   File "/usr/lib/python3/dist-packages/vllm/worker/model_runner.py", line 749, in run',
+        "ERROR 06-03 10:20:04 worker_base.py:145]     out = model(x)",
+        "ERROR 06-03 10:20:04 worker_base.py:145] RuntimeError: CUDA error: an illegal memory access was encountered",
+        "stderr: Traceback (most recent call last):",
+        'stderr:   File "x.py", line 2, in f',
+        "stderr: subprocess.CalledProcessError: Command 'x' returned non-zero exit status 1.",
+        "Traceback (most recent call last):",
+        '  File "train.py", line 9, in <module>',
+        "Exception: loss exploded",
+    ]
+    got = [
+        (e.qual_type, e.frames[0].package if e.frames else "") for e in parse_lines(list(enumerate(lines, 1)))
+    ]
+    assert got == [
+        ("RuntimeError", "vllm"),
+        ("subprocess.CalledProcessError", "user"),
+        ("Exception", "user"),
+    ]
