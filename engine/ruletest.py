@@ -103,6 +103,9 @@ def run_case(kb: KnowledgeBase, path: Path, case: dict[str, Any], engine: str | 
                     "outcome": s["outcome"],
                     "smoke": s.get("smoke", ""),
                     "seq": i,
+                    # A case's smoke result stands for one the author obtained and checked: a trusted
+                    # record (the diagnosis below trusts records), not a pair the gate would rebuild.
+                    "role": "record",
                 },
                 origin="smoke",
                 file=".mldebug/smokes.jsonl",
@@ -129,7 +132,7 @@ def run_case(kb: KnowledgeBase, path: Path, case: dict[str, Any], engine: str | 
 
         probes = default_probes(live=False)
         d = diagnose(
-            Request(run_dirs=run_dirs, offline=True, engine=engine),
+            Request(run_dirs=run_dirs, offline=True, engine=engine, options={"trust_recorded": True}),
             kb=case_kb,
             probes=probes,
             extra_facts=extra,
