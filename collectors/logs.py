@@ -20,7 +20,7 @@ from ..engine.facts import Fact, FactError
 from ..engine.packs import KnowledgeBase
 from . import kernel_log, lineinfo
 from .base import Context, ProbeOutput, ProbeUnavailable
-from .logscan import Hit, Pattern, Scanner, ScanResult, scan_paths
+from .logscan import MATCH_TIMEOUT_S, Hit, Pattern, Scanner, ScanResult, scan_paths
 from .rundir import RunFiles, find_run_files
 
 HITS_KEPT = 20  # per signature per file, at each end
@@ -286,6 +286,22 @@ def _kernel_facts(ctx: Context, src: LogSource, hits: Sequence[Hit]) -> list[Fac
     return facts
 
 
+def _note_timeout(ctx: Context, plan: _Plan, idx: int, where: str, disabled: dict[str, str]) -> None:
+    """A signature whose regex hit the scanner's time bound disables its third-party pack (the contract for
+    any broken pack); a built-in signature loses only itself, since the built-in packs always stay on."""
+    obj = plan.meta[idx][1]
+    if obj is None or not hasattr(obj, "pack"):
+        return
+    why = f"signature {obj.id} exceeded the {MATCH_TIMEOUT_S:g} s match bound on {where} (catastrophic backtracking)"
+    builtin = {p.name for p in ctx.kb.packs if p.origin == "builtin"}
+    key = f"sig:{obj.id}" if obj.pack in builtin else obj.pack
+    disabled.setdefault(key, why)
+
+
+def dropped_sigs(disabled: dict[str, str]) -> set[str]:
+    return {k[4:] for k in disabled if k.startswith("sig:")}
+
+
 def probe_logs(ctx: Context) -> ProbeOutput:
     """Training, scheduler and kernel logs found in run directories or named with --log/--kernel-log."""
     sources = gather_sources(ctx)
@@ -295,6 +311,7 @@ def probe_logs(ctx: Context) -> ProbeOutput:
     out = ProbeOutput("logs")
     engines: set[str] = set()
     issues: list[str] = []
+    disabled: dict[str, str] = {}  # pack (or "sig:<id>" for a built-in signature) -> why
     t0 = time.monotonic()
     for stream in ("train", "scheduler", "kernel"):
         group = [s for s in sources if s.stream == stream]
@@ -306,6 +323,15 @@ def probe_logs(ctx: Context) -> ProbeOutput:
             engines.add(res.engine)
             issues += [f"{src.display}: {i}" for i in res.issues]
             out.facts += _file_facts(ctx, src, res, plan)
+            for idx in res.timed_out:
+                _note_timeout(ctx, plan, idx, src.display, disabled)
+    if disabled:
+        # Facts already made from a disabled pack's signatures (in files scanned before the timeout) go too.
+        gone = {sig.id for sig in ctx.kb.signatures if sig.pack in disabled} | dropped_sigs(disabled)
+        out.facts = [
+            f for f in out.facts if not (f.kind == "log.signature" and f.attrs.get("signature") in gone)
+        ]
+        out.payload["disabled_packs"] = {k: v for k, v in disabled.items() if not k.startswith("sig:")}
     out.payload["scanner"] = sorted(engines)
     out.payload["files"] = len(sources)
     out.payload["scan_seconds"] = time.monotonic() - t0

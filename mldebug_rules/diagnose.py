@@ -57,6 +57,7 @@ class Diagnosis:
     evidence_seen: bool
     scanner: str
     unexplained: list[Fact] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # raised during this diagnosis (the kb has its own)
 
 
 def check_inputs(req: Request) -> None:
@@ -110,6 +111,13 @@ def diagnose(
     facts: list[Fact] = [f for o in outputs for f in o.facts] + list(extra_facts)
     facts += rank_facts(facts, kb.registry)  # across ranks: first failure, stragglers, stalls
     result = run_rules(compiled, kb.registry, facts, req.engine)
+    warnings: list[str] = []
+    disabled = {k: v for o in outputs for k, v in o.payload.get("disabled_packs", {}).items()}
+    if disabled:
+        # A pack disabled while scanning (a regex past its time bound) loses its rules for this diagnosis.
+        gone = {r.id for r in kb.rules if r.pack in disabled}
+        result.firings = [f for f in result.firings if f.rule not in gone]
+        warnings += [f"pack disabled: {pack}: {why}" for pack, why in sorted(disabled.items())]
     hyps = rank(kb, result.firings, result.facts)
     gate = apply_smokes(kb, hyps, facts)
     evidence_seen = any(f.kind.startswith(_EVIDENCE_KINDS) for f in facts)
@@ -132,6 +140,7 @@ def diagnose(
         evidence_seen=evidence_seen,
         unexplained=unexplained,
         scanner=", ".join(scanners) or "none",
+        warnings=warnings,
     )
 
 

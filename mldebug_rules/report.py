@@ -191,8 +191,9 @@ def build(d: Diagnosis) -> dict[str, Any]:
     ranks = ranks_section(d.facts)  # many ranks/nodes: the first failing rank, and the cascades it caused
     if ranks:
         report["ranks"] = ranks
-    if d.kb.warnings:
-        report["warnings"] = list(d.kb.warnings)
+    warnings = list(d.kb.warnings) + list(getattr(d, "warnings", []))
+    if warnings:
+        report["warnings"] = warnings
     from .smoke_controls import report_section  # controls: smoke reruns paired with their baselines
 
     controls = report_section(d.request.run_dirs)
@@ -275,6 +276,8 @@ def to_text(report: dict[str, Any], markdown: bool = False) -> str:
         lines.append(
             f"{bullet}{p['name']}: {p['status']} ({p['facts']} facts){' - ' + p['detail'] if p['detail'] else ''}"
         )
+    for w in report.get("warnings", []):
+        lines.append(f"{bullet}warning: {w}")
     lines.append("")
     lines += _rank_lines(report.get("ranks"), bullet, code)
     lines.append(f"{h1}2. Hypotheses (ranked; a hypothesis is not a cause until a smoke confirms it)")

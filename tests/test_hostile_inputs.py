@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from mldebug_rules.engine.packs import load_packs
 from mldebug_rules.engine.ruletest import run_pack_tests
 
@@ -76,3 +75,82 @@ def test_pack_test_files_cannot_escape_the_case_directory(tmp_path: Path) -> Non
     assert not by_name["absolute"].ok and "relative path" in by_name["absolute"].diff[0]
     assert not by_name["dotdot"].ok and "relative path" in by_name["dotdot"].diff[0]
     assert by_name["nested relative paths still work"].ok, by_name["nested relative paths still work"].diff
+
+
+# -- 2. ReDoS: lint rejects catastrophic patterns; the scanner's regex calls are bounded --------------------
+
+REDOS_PACK = """signatures:
+  - id: bees
+    title: runs of b
+    role: root
+    hypotheses: [gpu_oom]
+    regex: '(b+)+$'
+    examples: {match: ["bbb"], no_match: ["fine"]}
+rules:
+  - id: r1
+    title: t
+    status: test
+    description: d
+    falsepositives: [none known]
+    when:
+      a: {kind: log.signature, match: {signature: bees}}
+    then: {hypothesis: gpu_oom, weight: 0.5}
+"""
+
+
+def test_lint_rejects_nested_quantifiers(tmp_path: Path) -> None:
+    from mldebug_rules.engine.lint import lint, nested_quantifier
+
+    assert nested_quantifier("(b+)+$") and nested_quantifier(r"(?:\w+\s*)*:") and nested_quantifier("((b+))*")
+    assert nested_quantifier(r"(?:\w+\.)+\w+") is None and nested_quantifier(r"x(\d+)?y") is None
+    d = make_pack(tmp_path, REDOS_PACK)
+    kb = load_packs([d], entry_points=False, strict=True)
+    errors = [p for p in lint(kb, {"acme"}) if p.severity == "error"]
+    assert any("bees" in p.message and "catastrophic backtracking" in p.message for p in errors), errors
+    p = cli("rules", "lint", str(d))
+    assert p.returncode != 0 and "catastrophic backtracking" in p.stdout + p.stderr
+
+
+def test_lint_derived_attack_lines_catch_what_the_static_check_misses(tmp_path: Path) -> None:
+    from mldebug_rules.engine import lint as lint_mod
+
+    # Overlapping multi-character alternatives: no nested quantifier, still exponential on "aaaa...a!".
+    body = REDOS_PACK.replace("'(b+)+$'", "'^(a|aa)+$'").replace('["bbb"]', '["aaa"]')
+    kb = load_packs([make_pack(tmp_path, body)], entry_points=False, strict=True)
+    assert lint_mod.nested_quantifier("^(a|aa)+$") is None
+    errors = [p for p in lint_mod._backtracking_problems(kb, {"acme"}) if p.severity == "error"]
+    assert errors and "catastrophic backtracking" in errors[0].message
+
+
+@pytest.mark.parametrize("engine", ["python", "auto"])
+def test_scanner_gives_up_a_pattern_past_its_bound(engine: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    import mldebug_rules.collectors.logscan as ls
+
+    monkeypatch.setattr(ls, "MATCH_TIMEOUT_S", 0.05)
+    # The issue's (b+)+$ is defused by the `regex` module itself; (a|aa)+$ still backtracks exponentially.
+    sc = ls.Scanner([ls.Pattern("oom", "CUDA out of memory"), ls.Pattern("as", "^(a|aa)+$")], engine=engine)
+    data = b"a" * 60 + b"!\n" + b"RuntimeError: CUDA out of memory\n" + b"a" * 60 + b"!\naaa\n"
+    res = sc.scan_bytes(data)
+    assert res.timed_out == [1]
+    assert [(h.pattern, h.line_no) for h in res.hits] == [(0, 2)]  # the other pattern still works
+    assert any("as:" in i and "catastrophic" in i for i in res.issues)
+    assert sc.scan_bytes(b"aaa\n").hits == []  # given up for the rest of this scanner's work
+
+
+@pytest.mark.parametrize("regex", ["(b+)+$", "^(a|aa)+$"])
+def test_diagnose_returns_and_disables_the_pack_whose_regex_hangs(tmp_path: Path, regex: str) -> None:
+    d = make_pack(tmp_path, REDOS_PACK.replace("'(b+)+$'", repr(regex)).replace('["bbb"]', '["aaa", "bbb"]'))
+    log = tmp_path / "train.log"
+    log.write_text(
+        "b" * 60 + "!\n" + "a" * 60 + "!\n" + "RuntimeError: CUDA out of memory. Tried to allocate 2 GiB\n"
+    )
+    p = cli("diagnose", "--offline", "--rules", str(d), "--log", str(log), "--format", "json", timeout=300)
+    assert p.returncode == 0, p.stderr
+    import json
+
+    report = json.loads(p.stdout)
+    if regex != "(b+)+$":  # (b+)+$ is matched in linear time by the `regex` module: nothing to disable
+        assert "pack disabled: acme" in p.stderr
+        assert any("pack disabled: acme" in w for w in report["warnings"])
+    assert report["hypotheses"][0]["id"] == "gpu_oom"  # the built-in packs keep working
+    assert not any(e["source"].startswith("acme") for h in report["hypotheses"] for e in h["evidence"])
