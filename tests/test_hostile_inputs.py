@@ -154,3 +154,125 @@ def test_diagnose_returns_and_disables_the_pack_whose_regex_hangs(tmp_path: Path
         assert any("pack disabled: acme" in w for w in report["warnings"])
     assert report["hypotheses"][0]["id"] == "gpu_oom"  # the built-in packs keep working
     assert not any(e["source"].startswith("acme") for h in report["hypotheses"] for e in h["evidence"])
+
+
+# -- 8. redaction is linear in its input --------------------------------------------------------------------
+
+
+def test_redaction_of_long_words_returns() -> None:
+    """Quadratic redaction took 5.5 s on 10,000 characters; these 200,000-character shapes would take hours.
+    A linear pass finishes them all well inside the subprocess bound."""
+    code = (
+        "from mldebug_rules.redact import redact\n"
+        "for w in ['x', 'token', 'A_KEY', 'a.', 'x:', 'https://', 'password=\"', '--key ', 'sk-', 'a://:']:\n"
+        "    text = w * (200000 // len(w))\n"
+        "    assert len(redact(text)) > 0\n"
+        "print('done')\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and p.stdout.strip() == "done", p.stderr
+
+
+# -- 5. secrets: the common forms, and redaction before every cut ------------------------------------------
+
+SECRET = "Zq9vUnguessableSecret0042"
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        f"curl -H 'Authorization: Bearer {SECRET}' https://api.example.com",
+        f"Authorization: Basic {SECRET}",
+        f"password: {SECRET}",
+        f"  db_pass: {SECRET}",
+        f"aws_secret_access_key = {SECRET}",
+        f"export NCCL_IB_PASS={SECRET}",
+        f"TORCH_HUB_AUTH={SECRET}",
+        "creds ASIAQWERTYUIOPASDFGHJ loaded".replace("QWERTYUIOPASDFGHJ", "QWERTYUIOPASDFGH"),
+        f"git clone https://ghs_{SECRET}@github.com/org/repo.git",
+        "wandb login 0123456789abcdef0123456789abcdef01234567",
+        f'{{"hf_token_v2": "{SECRET}", "lr": 0.1}}',
+    ],
+)
+def test_common_secret_forms_are_redacted(line: str) -> None:
+    from mldebug_rules.redact import redact
+
+    out = redact(line)
+    assert SECRET not in out and "ASIAQWERTYUIOPASDFGH" not in out and "0123456789abcdef01234567" not in out
+    assert "[REDACTED]" in out
+
+
+def test_prose_around_secrets_stays_readable() -> None:
+    from mldebug_rules.redact import is_secret_name, redact
+
+    for text in ("tokens: 4096", "token_count: 12", "sort key=loss", "bypass: true", "--use-key --lr 3e-4"):
+        assert redact(text) == text
+    assert is_secret_name("NCCL_IB_PASS") and is_secret_name("TORCH_HUB_AUTH")
+    assert not any(is_secret_name(n) for n in ("NCCL_DEBUG", "COMPASS_DIR", "AUTHOR", "BYPASS_CACHE"))
+
+
+@pytest.mark.parametrize("cut", [500, 2000, 4096])
+def test_a_secret_ending_at_a_cut_does_not_leak(cut: int) -> None:
+    from mldebug_rules.redact import clip
+
+    url = f"https://user:{SECRET}"
+    line = "w " * ((cut - len(url)) // 2) + "x" * ((cut - len(url)) % 2) + url + "@host.example.com/x"
+    assert line.index("@") == cut
+    for limit in (500, 2000):
+        assert SECRET not in clip(line, limit) and SECRET[:8] not in clip(line, limit)
+
+
+def test_secrets_at_the_cut_stay_out_of_reports(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    url = f"https://user:{SECRET}"
+    lines = []
+    for cut in (500, 2000, 4096):
+        pad = cut - len(url) - len("RuntimeError: CUDA out of memory ")
+        lines.append("RuntimeError: CUDA out of memory " + "y" * pad + url + "@host/x")
+    (run / "train.log").write_text("\n".join(lines) + "\n")
+    for fmt in ("json", "text"):
+        p = cli("diagnose", str(run), "--offline", "--format", fmt)
+        assert p.returncode == 0 and "gpu_oom" in p.stdout, p.stderr
+        assert SECRET not in p.stdout and SECRET[:8] not in p.stdout
+    bundle = tmp_path / "b.mldebug.json"
+    assert cli("collect", str(run), "--offline", "--out", str(bundle)).returncode == 0
+    assert SECRET[:8] not in bundle.read_text()
+
+
+def test_smoke_output_file_tail_and_note_hold_no_secret(tmp_path: Path) -> None:
+    import json
+    import os
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "train.log").write_text(
+        "Traceback (most recent call last):\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB\n"
+    )
+    script = (
+        "import os\n"
+        "print('token is', os.environ['HF_TOKEN'])\n"
+        "print('HF_TOKEN=' + os.environ['HF_TOKEN'])\n"
+        "print('x ' * 120000 + 'https://u:' + os.environ['HF_TOKEN'] + '@h/ tail')\n"  # crosses the head cut
+        "print('Authorization: Bearer ' + os.environ['HF_TOKEN'])\n"
+    )
+    env = {**os.environ, "HF_TOKEN": f"hf_{SECRET}"}
+    p = subprocess.run(
+        [sys.executable, "-m", "mldebug_rules", "smoke", "run", str(run), "--hypothesis", "gpu_oom",
+         "--timeout", "120", "--", sys.executable, "-c", script],
+        capture_output=True, text=True, timeout=240, env=env,
+    )  # fmt: skip
+    assert p.returncode in (0, 1), p.stderr
+    note = f"saw https://u:{SECRET}@host and password: {SECRET}"
+    r = cli("smoke", "record", str(run), "--hypothesis", "gpu_oom", "--outcome", "confirmed", "--note", note)
+    assert r.returncode == 0, r.stderr
+    state = run / ".mldebug"
+    for f in state.iterdir():
+        assert SECRET not in f.read_text(errors="replace"), f.name
+    recs = [json.loads(x) for x in (state / "smokes.jsonl").read_text().splitlines()]
+    assert "[REDACTED]" in recs[0]["output_tail"] and "[REDACTED]" in recs[1]["note"]
+    out = (run / recs[0]["output_file"]).read_text()
+    assert "token is [REDACTED]" in out or "token is" not in out  # the bare value is a token shape (hf_...)
+    assert SECRET not in p.stdout + p.stderr + r.stdout + r.stderr
+    rep = cli("diagnose", str(run), "--offline", "--format", "json")
+    assert SECRET not in rep.stdout
