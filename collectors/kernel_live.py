@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..engine.facts import FactError
+from ..redact import clip
 from . import kernel_log
 from .base import CommandResult, Context, ProbeOutput, ProbeUnavailable, Runner, runner_of
 from .deadlines import command_timeout, hostname
@@ -126,7 +127,7 @@ def probe_kernel_live(ctx: Context) -> ProbeOutput:
             try:
                 out.facts.append(
                     ctx.registry.make(
-                        kind, attrs, file=src.label, line=no, text=text[:2000], ts=ts, host=host
+                        kind, attrs, file=src.label, line=no, text=clip(text, 2000), ts=ts, host=host
                     )
                 )
             except FactError:

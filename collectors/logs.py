@@ -18,6 +18,7 @@ from typing import Any
 
 from ..engine.facts import Fact, FactError
 from ..engine.packs import KnowledgeBase
+from ..redact import clip
 from . import kernel_log, lineinfo
 from .base import Context, ProbeOutput, ProbeUnavailable
 from .logscan import MATCH_TIMEOUT_S, Hit, Pattern, Scanner, ScanResult, scan_paths
@@ -173,7 +174,7 @@ def _file_facts(ctx: Context, src: LogSource, res: ScanResult, plan: _Plan) -> l
                         attrs,
                         file=src.display,
                         line=h.line_no,
-                        text=h.text[:2000],
+                        text=clip(h.text, 2000),
                         ts=ts,
                         rank=rank,
                         host=lineinfo.host_of_line(h.text) or file_host,
@@ -193,10 +194,10 @@ def _file_facts(ctx: Context, src: LogSource, res: ScanResult, plan: _Plan) -> l
                 },
                 file=src.display,
                 line=res.tail[-1][0],
-                text=res.tail[-1][1][:2000],
+                text=clip(res.tail[-1][1], 2000),
                 rank=file_rank,
                 host=file_host,
-                extra={"scrollback": [[n, t[:500]] for n, t in res.tail[-SCROLLBACK_SHOWN:]]},
+                extra={"scrollback": [[n, clip(t, 500)] for n, t in res.tail[-SCROLLBACK_SHOWN:]]},
             )
         )
     return facts
@@ -261,7 +262,7 @@ def _step_time_facts(
                     {"seconds": round(value, 6), "from_end": max(0, res.total_lines - no)},
                     file=src.display,
                     line=no,
-                    text=text[:2000],
+                    text=clip(text, 2000),
                     ts=clock.time(no, text),
                     rank=r,
                     host=lineinfo.host_of_line(text) or file_host,
@@ -279,7 +280,9 @@ def _kernel_facts(ctx: Context, src: LogSource, hits: Sequence[Hit]) -> list[Fac
     for no, kind, attrs, ts, text in kernel_log.parse_lines((h.line_no, h.text) for h in hits):
         try:
             facts.append(
-                ctx.registry.make(kind, attrs, file=src.display, line=no, text=text[:2000], ts=ts, host=host)
+                ctx.registry.make(
+                    kind, attrs, file=src.display, line=no, text=clip(text, 2000), ts=ts, host=host
+                )
             )
         except FactError:
             continue

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ..redact import clip, redact_obj
 from .base import Context, ProbeOutput, ProbeUnavailable
 
 STATE_DIR = ".mldebug"
@@ -50,7 +51,7 @@ def append_record(run_dir: Path, record: Mapping[str, Any]) -> dict[str, Any]:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         seq = max((_seq(r) for r in read_records(run_dir)), default=0) + 1
-        rec = dict(record)
+        rec = redact_obj(dict(record))  # every writer's text (notes, output tails, commands) masked here too
         rec["seq"] = seq
         line = (json.dumps(rec, sort_keys=True) + "\n").encode()
         # A crash mid-write may have left a torn last line: start on a fresh line so this record stays whole.
@@ -96,7 +97,7 @@ def probe_smoke_state(ctx: Context) -> ProbeOutput:
                     origin="smoke",
                     file=f"{STATE_DIR}/{STATE_FILE}",
                     line=int(rec.get("seq", 0)),
-                    text=str(rec.get("note", "") or rec.get("summary", ""))[:500],
+                    text=clip(str(rec.get("note", "") or rec.get("summary", "")), 500),
                     extra={k: rec[k] for k in ("command", "control", "classification", "note") if k in rec},
                 )
             )

@@ -13,7 +13,7 @@ from .collectors.ranks import report_section as ranks_section
 from .diagnose import Diagnosis
 from .engine.facts import Fact
 from .engine.rank import Hypothesis
-from .redact import redact_obj
+from .redact import clip, redact_obj
 
 SCHEMA = "mldebug-rules/report/v1"
 MAX_EVIDENCE = 8
@@ -22,7 +22,7 @@ _HIDDEN_KINDS = ("probe.status",)
 
 def _evidence_text(f: Fact) -> str:
     if f.text:
-        return f.text.strip()[:500]
+        return clip(f.text.strip(), 500)
     parts = [f"{k}={v}" for k, v in sorted(f.attrs.items()) if v not in ("", -1, -1.0, None)]
     return f"{f.kind}: " + ", ".join(parts)
 

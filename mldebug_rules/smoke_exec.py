@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from .collectors.logscan import Pattern, Scanner
 from .engine.packs import KnowledgeBase
+from .redact import redact
 
 HEAD_BYTES = 64 << 10
 TAIL_BYTES = 192 << 10
@@ -40,11 +41,25 @@ class Execution:
     error: str = ""  # the command could not be started
 
     def output(self) -> bytes:
-        """Head and tail; a marker where the middle was dropped."""
+        """Head and tail, redacted; a marker where the middle was dropped.
+
+        Redaction runs on whole lines only: a line the head/tail cut split in two is dropped, since a
+        secret cut in half (a URL password without its ``@``) no longer looks like one."""
         if self.total_bytes <= len(self.head) + len(self.tail):
-            return self.head + self.tail
+            return redact((self.head + self.tail).decode("utf-8", "replace")).encode("utf-8")
         dropped = self.total_bytes - len(self.head) - len(self.tail)
-        return self.head + f"\n[... {dropped} bytes not kept ...]\n".encode() + self.tail
+        head = self.head.decode("utf-8", "replace").rpartition("\n")[0]
+        tail = self.tail.decode("utf-8", "replace").partition("\n")[2]
+        marker = f"\n[... {dropped} bytes not kept, and the lines cut at either side ...]\n"
+        return (redact(head) + marker + redact(tail)).encode("utf-8")
+
+    def tail_text(self, lines: int = 40, chars: int = 4000) -> str:
+        """The last lines of output, redacted before any cut (the first, partial line of the tail dropped)."""
+        data = self.tail or self.head
+        text = data.decode("utf-8", "replace")
+        if self.tail and not self.head.endswith(b"\n"):
+            text = text.partition("\n")[2]  # began before the tail was kept
+        return redact("\n".join(text.splitlines()[-lines:]))[-chars:]
 
 
 def signature_scanner(kb: KnowledgeBase) -> Scanner:
@@ -193,11 +208,6 @@ def _drain(fd: int, cap: _Capture) -> bool:
         if not data:
             return False
         cap.feed(data)
-
-
-def tail_lines(data: bytes, lines: int = 40, chars: int = 4000) -> str:
-    text = data.decode("utf-8", "replace")
-    return "\n".join(text.splitlines()[-lines:])[-chars:]
 
 
 def failure_signatures(kb: KnowledgeBase) -> set[str]:

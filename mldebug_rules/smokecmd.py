@@ -30,7 +30,7 @@ from .engine.rank import Hypothesis
 from .errors import UsageError
 from .redact import redact
 from .smoke_controls import controls_table, parse_control
-from .smoke_exec import Execution, classify, failure_signatures, run_command, signature_scanner, tail_lines
+from .smoke_exec import Execution, classify, failure_signatures, run_command, signature_scanner
 from .smoke_recipe import FoundCommand, apply_recipe, find_command, overrides_for_control
 
 MAX_PLANNED = 3  # leading hypotheses shown by `smoke plan`
@@ -390,7 +390,7 @@ def run(args: argparse.Namespace) -> int:
         "signatures": ex.signatures,
         "original_signatures": original,
         "output_bytes": ex.total_bytes,
-        "output_tail": redact(tail_lines(ex.tail or ex.head)),
+        "output_tail": ex.tail_text(),
         "output_file": _save_output(run_dir, ex, stamp),
         "control": control,
         "time": stamp,
