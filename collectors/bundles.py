@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ..engine.facts import Fact, FactError, FactRegistry
+from ..engine.safeio import Unreadable, read_capped
 from .base import Context, ProbeOutput, ProbeUnavailable
 from .rundir import find_run_files
 
@@ -50,12 +51,14 @@ class Loaded:
 
 def read_bundle(path: Path) -> dict[str, Any]:
     try:
-        size = path.stat().st_size
-        if size > MAX_BUNDLE_BYTES:
-            raise BundleError(f"{size} bytes is more than the {MAX_BUNDLE_BYTES} a bundle may have")
-        with open(path, "rb") as f:
-            doc = json.loads(f.read().decode("utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as e:
+        data = read_capped(path, MAX_BUNDLE_BYTES)
+    except Unreadable as e:
+        raise BundleError(e.reason) from None
+    except OSError as e:
+        raise BundleError(f"unreadable: {e.strerror or e}") from None
+    try:
+        doc = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
         if isinstance(e, BundleError):
             raise
         raise BundleError(f"not a JSON bundle: {type(e).__name__}: {str(e)[:200]}") from None

@@ -35,7 +35,6 @@ import io
 import json
 import os
 import re
-import stat
 import sys
 import threading
 import time
@@ -45,6 +44,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, BinaryIO
 
 import regex as _regex
+
+from ..engine.safeio import Unreadable, open_regular
 
 try:  # the fast engine is optional: everything works without it, just slower
     import hyperscan as _hs
@@ -1177,23 +1178,12 @@ class Scanner:
     def scan_path(self, path: str | os.PathLike[str]) -> ScanResult:
         """Scan one file; never raises for unreadable, odd or binary files: see ScanResult.issues."""
         spath = os.fspath(path)
+        try:  # regular files only: a FIFO would block the open, a device never end
+            fh = open_regular(spath)
+        except Unreadable as e:
+            return self._failed(spath, e.reason)
         try:
-            st = os.stat(spath)
-            if stat.S_ISDIR(st.st_mode):
-                return self._failed(spath, "is a directory")
-            if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode):
-                return self._failed(spath, "not a regular file (device)")
-            fh = open(spath, "rb", buffering=0)  # noqa: SIM115 - closed in the finally below
-        except FileNotFoundError:
-            return self._failed(spath, "file not found")
-        except PermissionError:
-            return self._failed(spath, "permission denied")
-        except IsADirectoryError:
-            return self._failed(spath, "is a directory")
-        except OSError as e:
-            return self._failed(spath, f"cannot open: {e.strerror or e}")
-        try:
-            return self._scan_stream(fh, spath, st.st_size if stat.S_ISREG(st.st_mode) else 0)
+            return self._scan_stream(fh, spath, os.fstat(fh.fileno()).st_size)
         finally:
             fh.close()
 

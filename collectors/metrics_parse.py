@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import csv
 import gzip
+import io
 import json
 import math
+import os
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -26,6 +28,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from ..engine.safeio import Unreadable, open_regular, read_capped
 from . import lineinfo
 from .logscan import _TEXT_BYTES, LINE_MATCH_CAP, TEXT_CHARS, Pattern, Scanner
 from .metrics_series import SeriesSet, canonical, to_float
@@ -291,17 +294,18 @@ def _sampled_chunks(size: int) -> set[int] | None:
 def _segments(path: Path, notes: list[str] | None = None) -> Iterator[tuple[bytes, list[int] | None, int]]:
     """(segment of whole lines, physical-line map or None, physical lines before the segment)."""
     gz = path.name.endswith(".gz")
-    opener: Any = gzip.open if gz else open
-    keep = None if gz else _sampled_chunks(path.stat().st_size)
+    raw = open_regular(path)  # a FIFO or a device is refused (Unreadable, an OSError) before any read
+    size = os.fstat(raw.fileno()).st_size
+    keep = None if gz else _sampled_chunks(size)
     if keep is not None and notes is not None:
         notes.append(
-            f"{path.name}: {path.stat().st_size / (1 << 30):.1f} GiB: metric lines read in {len(keep)} MiB "
+            f"{path.name}: {size / (1 << 30):.1f} GiB: metric lines read in {len(keep)} MiB "
             "(start, end and evenly spaced stretches); line numbers exact"
         )
     base = 0
     carry = b""
     index = -1
-    with opener(path, "rb") as fh:
+    with raw, (gzip.GzipFile(fileobj=raw, mode="rb") if gz else raw) as fh:
         while True:
             chunk = fh.read(CHUNK)
             if not chunk:
@@ -434,7 +438,7 @@ def read_csv(path: Path, display: str) -> SeriesSet:
     out = SeriesSet(display)
     has_step = False
     try:
-        with open(path, encoding="utf-8", errors="replace", newline="") as fh:
+        with io.TextIOWrapper(open_regular(path), encoding="utf-8", errors="replace", newline="") as fh:
             reader = csv.reader(fh)
             header = next(reader, None)
             if not header:
@@ -511,10 +515,10 @@ def read_wandb_summary(path: Path, display: str) -> SeriesSet:
 
 def _read_json(path: Path, display: str, out: SeriesSet) -> Any:
     try:
-        if path.stat().st_size > MAX_STRUCTURED_BYTES:
-            out.issues.append(f"{display}: larger than {MAX_STRUCTURED_BYTES >> 20} MiB, not read")
-            return None
-        return loads_tolerant(path.read_bytes())
+        return loads_tolerant(read_capped(path, MAX_STRUCTURED_BYTES))
+    except Unreadable as e:
+        out.issues.append(f"{display}: {e.reason}")
+        return None
     except (OSError, ValueError, RecursionError) as e:
         out.issues.append(f"{display}: not readable as JSON: {str(e)[:120]}")
         return None

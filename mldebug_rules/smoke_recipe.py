@@ -24,6 +24,7 @@ from typing import Any
 import yaml
 
 from .collectors.rundir import find_run_files
+from .engine.safeio import open_regular, read_capped, read_up_to
 
 MAX_SCAN_BYTES = 1 << 20  # the launch echo sits at the top of a log: never read a huge log whole
 MAX_SCAN_LINES = 5000
@@ -85,8 +86,8 @@ def _looks_like_training(tokens: list[str], i: int) -> bool:
 
 def _read_head(path: Path) -> Iterator[str]:
     try:
-        with path.open("rb") as fh:
-            data = fh.read(MAX_SCAN_BYTES)
+        with open_regular(path) as fh:
+            data = read_up_to(fh, MAX_SCAN_BYTES)
     except OSError:
         return
     for n, raw in enumerate(data.splitlines()):
@@ -131,9 +132,7 @@ def find_command(run_dir: Path, cmd: str | None = None) -> FoundCommand | None:
     files = find_run_files(run_dir)
     for bundle in files.files("bundle"):
         try:
-            if bundle.stat().st_size > MAX_BUNDLE_BYTES:
-                continue
-            data = json.loads(bundle.read_text("utf-8", "replace"))
+            data = json.loads(read_capped(bundle, MAX_BUNDLE_BYTES).decode("utf-8", "replace"))
         except (OSError, ValueError):
             continue
         for argv in _bundle_cmdlines(data):

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .collectors.smoke_state import STATE_DIR, append_record, read_records, state_path
+from .collectors.smoke_state import STATE_DIR, StateUnusable, append_record, read_records, state_path
 from .diagnose import Diagnosis, Request, diagnose, load_kb
 from .engine.gate import claim_allowed
 from .engine.packs import KnowledgeBase, known_hypotheses
@@ -512,7 +512,10 @@ def record(args: argparse.Namespace) -> int:
 def main(args: argparse.Namespace) -> int:
     if args.action != "run" and args.argv:
         raise UsageError(f"smoke {args.action}: unexpected arguments: {' '.join(args.argv)}")
-    return {"plan": plan, "run": run, "record": record}[args.action](args)
+    try:
+        return {"plan": plan, "run": run, "record": record}[args.action](args)
+    except StateUnusable as e:  # a FIFO or device as smokes.jsonl: refused, never waited on
+        raise UsageError(f"smoke state unusable: {e}") from None
 
 
 # --- gate -----------------------------------------------------------------------------------------
