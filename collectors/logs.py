@@ -325,7 +325,10 @@ def probe_logs(ctx: Context) -> ProbeOutput:
         for src, res in zip(group, results, strict=False):
             engines.add(res.engine)
             issues += [f"{src.display}: {i}" for i in res.issues]
-            out.facts += _file_facts(ctx, src, res, plan)
+            try:
+                out.facts += _file_facts(ctx, src, res, plan)
+            except Exception as e:  # one file's odd content must not cost the other files their facts
+                issues.append(f"{src.display}: facts not made: {type(e).__name__}: {str(e)[:200]}")
             for idx in res.timed_out:
                 _note_timeout(ctx, plan, idx, src.display, disabled)
     if disabled:
