@@ -55,8 +55,9 @@ def append_record(run_dir: Path, record: Mapping[str, Any]) -> dict[str, Any]:
     d = run_dir / STATE_DIR
     d.mkdir(exist_ok=True)
     path = d / STATE_FILE
-    # O_NONBLOCK: opening a FIFO for writing would otherwise wait for a reader; fstat then refuses it.
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_NOFOLLOW, 0o644)
+    # O_NONBLOCK: opening a FIFO would otherwise wait for its other end; fstat then refuses it. O_RDWR: the
+    # last byte is read back (pread) to start on a fresh line after a torn write.
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_NOFOLLOW, 0o644)
     try:
         why = kind_problem(os.fstat(fd).st_mode)
         if why:
