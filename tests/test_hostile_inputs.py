@@ -276,3 +276,457 @@ def test_smoke_output_file_tail_and_note_hold_no_secret(tmp_path: Path) -> None:
     assert SECRET not in p.stdout + p.stderr + r.stdout + r.stderr
     rep = cli("diagnose", str(run), "--offline", "--format", "json")
     assert SECRET not in rep.stdout
+
+
+# -- 4 and 7. only regular files are read: FIFOs, devices and symlinks to them are unreadable evidence ------
+
+ODD_NAMES = [
+    "train.log",
+    "dmesg.txt",
+    "metrics.jsonl",
+    "metrics.csv",
+    "trainer_state.json",
+    "x.mldebug.json",
+    "nccl_trace_rank_0",
+    "nvidia-smi-q.txt",
+    "model.safetensors",
+    "events.out.tfevents.1.host",
+]
+
+
+def _odd_run(tmp_path: Path, kind: str) -> Path:
+    import os
+
+    run = tmp_path / f"run-{kind}"
+    run.mkdir()
+    for name in ODD_NAMES:
+        p = run / name
+        if kind == "fifo":
+            os.mkfifo(p)
+        elif kind == "device":
+            p.symlink_to("/dev/zero")
+        else:  # a symlink to a FIFO elsewhere
+            target = tmp_path / f"fifo-{name}"
+            os.mkfifo(target)
+            p.symlink_to(target)
+    (run / "rank1.log").write_text("RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
+    return run
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "symlink"])
+def test_fifos_and_devices_are_reported_not_read(tmp_path: Path, kind: str) -> None:
+    import json
+
+    run = _odd_run(tmp_path, kind)
+    p = cli("diagnose", str(run), "--offline", "--format", "json", timeout=300)
+    assert p.returncode == 0, p.stderr
+    report = json.loads(p.stdout)
+    assert report["hypotheses"][0]["id"] == "gpu_oom"  # the regular file's evidence still counts
+    details = " ".join(pr["detail"] for pr in report["probes"])
+    assert "not a regular file" in details
+    bundle = tmp_path / f"b-{kind}.mldebug.json"
+    assert cli("collect", str(run), "--offline", "--out", str(bundle), timeout=300).returncode == 0
+
+
+def test_named_fifo_log_returns(tmp_path: Path) -> None:
+    import os
+
+    fifo = tmp_path / "train.log"
+    os.mkfifo(fifo)
+    p = cli("diagnose", "--offline", "--log", str(fifo), timeout=300)
+    assert p.returncode == 2 and "not a regular file (fifo)" in p.stderr
+
+
+def test_fifo_smoke_state_is_refused_not_waited_on(tmp_path: Path) -> None:
+    import os
+
+    run = tmp_path / "run"
+    (run / ".mldebug").mkdir(parents=True)
+    (run / "train.log").write_text("RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
+    os.mkfifo(run / ".mldebug" / "smokes.jsonl")
+    p = cli("diagnose", str(run), "--offline", timeout=300)
+    assert p.returncode == 0 and "smoke_state: error" in p.stdout and "fifo" in p.stdout, p.stdout
+    r = cli("smoke", "record", str(run), "--hypothesis", "gpu_oom", "--outcome", "confirmed", timeout=300)
+    assert r.returncode == 2 and "fifo" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_safe_open_refuses_every_odd_kind(tmp_path: Path) -> None:
+    import os
+    import socket
+
+    from mldebug_rules.engine.safeio import Unreadable, open_regular, read_capped
+
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "dev").symlink_to("/dev/null")
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(tmp_path / "sock"))
+    (tmp_path / "big").write_bytes(b"x" * 100)
+    (tmp_path / "ok").symlink_to(tmp_path / "big")
+    for name, why in (
+        ("fifo", "fifo"),
+        ("dev", "character device"),
+        ("sock", "socket"),
+        ("nope", "not found"),
+    ):
+        with pytest.raises(Unreadable, match=why):
+            open_regular(tmp_path / name)
+    with pytest.raises(Unreadable, match="larger than 99 bytes"):
+        read_capped(tmp_path / "big", 99)
+    assert read_capped(tmp_path / "ok", 100) == b"x" * 100  # a symlink to a regular file is fine
+    sock.close()
+
+
+# -- 3. flight recorder rank numbers never size an allocation ------------------------------------------------
+
+
+def _tiny_dump(rank: int) -> bytes:
+    import pickle
+
+    entry = {"collective_seq_id": 7, "profiling_name": "nccl:all_reduce", "state": "scheduled", "pg_id": 0}
+    return pickle.dumps({"version": "2.4", "rank": rank, "entries": [entry]}, protocol=2)
+
+
+@pytest.mark.parametrize("big", [5_000_000, 100_000_000, 10**40])
+def test_huge_rank_numbers_cost_nothing(tmp_path: Path, big: int) -> None:
+    from mldebug_rules.collectors import flightrec
+    from mldebug_rules.engine.facts import FactRegistry
+
+    (tmp_path / "nccl_trace_rank_0").write_bytes(_tiny_dump(0))
+    (tmp_path / f"nccl_trace_rank_{big}").write_bytes(_tiny_dump(1))
+    found = flightrec.find_dumps([tmp_path])
+    dumps = [flightrec.parse_dump(r, p, p.name) for r, p in found]
+    facts = flightrec.analyse(dumps, FactRegistry.load())
+    missing = [f for f in facts if f.kind == "flight.dump" and f.attrs["status"] == "missing"]
+    assert len(missing) <= flightrec.MAX_MISSING_FACTS
+    if big <= flightrec.MAX_RANK:
+        assert len(missing) == flightrec.MAX_MISSING_FACTS and f"up to {big}" in missing[-1].text
+    else:
+        assert not missing  # a rank past the cap is not compared (nor allocated for)
+
+
+def test_bundle_group_ranks_cost_nothing() -> None:
+    from mldebug_rules.collectors import flightrec
+    from mldebug_rules.engine.facts import FactRegistry
+
+    d = flightrec.Dump(0, "b.mldebug.json", "ok")
+    d.last = {"0": (7, "nccl:all_reduce", "scheduled")}
+    d.group_ranks = {"0": [0, 500_000, 30_000_000, 10**12]}  # the issue's 30,000,000 is past MAX_RANK
+    facts = flightrec.analyse([d], FactRegistry.load())
+    assert len([f for f in facts if f.attrs.get("status") == "missing"]) == flightrec.MAX_MISSING_FACTS
+    lag = [f for f in facts if f.kind == "flight.lagging_rank"]
+    assert [f.rank for f in lag] == [500_000]  # a named member under the cap is still reported, sparsely
+
+
+# -- 12. a named input that cannot be read is exit 2 -------------------------------------------------------
+
+
+def test_unreadable_named_log_is_exit_2(tmp_path: Path) -> None:
+    import os
+
+    locked = tmp_path / "locked.log"
+    locked.write_text("RuntimeError: CUDA out of memory\n")
+    locked.chmod(0)
+    if os.access(locked, os.R_OK):
+        pytest.skip("running as root: permissions are not enforced")
+    p = cli("diagnose", "--offline", "--log", str(locked))
+    assert p.returncode == 2 and "permission denied" in p.stderr and "NO FAILURE" not in p.stdout
+
+
+def test_named_device_and_fifo_are_exit_2(tmp_path: Path) -> None:
+    import os
+
+    fifo = tmp_path / "k.log"
+    os.mkfifo(fifo)
+    p = cli("diagnose", "--offline", "--kernel-log", str(fifo), timeout=300)
+    assert p.returncode == 2 and "not a regular file (fifo)" in p.stderr
+    p = cli("diagnose", "--offline", "--bundle", "/dev/zero", timeout=300)
+    assert p.returncode == 2 and "character device" in p.stderr
+
+
+# -- 6. a bad timestamp costs its line the timestamp, nothing more ------------------------------------------
+
+
+@pytest.mark.parametrize("mtime", [None, 1e12])  # 1e12 s: a file modified in the year 33658
+def test_bad_timestamps_do_not_drop_the_logs_facts(tmp_path: Path, mtime: float | None) -> None:
+    import json
+    import os
+
+    run = tmp_path / "run"
+    (run / "rank0").mkdir(parents=True)
+    (run / "rank1").mkdir()
+    r0 = run / "rank0" / "train.log"
+    r0.write_text(
+        "9999-12-31T23:59:59-14:00 start\n"
+        "[E1201 10:05:33.123456 ProcessGroupNCCL.cpp:1]  [Rank 0] Watchdog caught collective operation timeout\n"
+    )
+    (run / "rank1" / "train.log").write_text(
+        "0001-01-01T00:00:00+14:00 hello\n"
+        "[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
+    )
+    if mtime is not None:
+        os.utime(r0, (mtime, mtime))
+    p = cli("diagnose", str(run), "--offline", "--format", "json")
+    assert p.returncode == 0, p.stderr
+    report = json.loads(p.stdout)
+    logs = next(pr for pr in report["probes"] if pr["name"] == "logs")
+    assert logs["status"] == "ok", logs
+    assert "gpu_oom" in [h["id"] for h in report["hypotheses"]]
+
+
+def test_time_of_line_survives_out_of_range_stamps() -> None:
+    from mldebug_rules.collectors import kernel_log, lineinfo
+
+    for line in ("9999-12-31T23:59:59-14:00 x", "0001-01-01T00:00:00+14:00 x", "2024-13-45T99:99:99 x"):
+        assert lineinfo.time_of_line(line) is None
+        assert lineinfo.time_of_line("[E1201 10:05:33.1 x.cpp:1] y", 1e12) is None
+    assert kernel_log.line_time("9999-12-31T23:59:59-14:00 host kernel: x") is None
+
+
+# -- 9. record sizes are capped: one huge metric line is skipped, never held ---------------------------------
+
+
+def test_huge_metric_lines_are_skipped_in_pieces(tmp_path: Path) -> None:
+    from mldebug_rules.collectors import metrics_parse as mp
+
+    big = b"x" * (3 * mp.MAX_RECORD_BYTES)
+    jl = tmp_path / "metrics.jsonl"
+    jl.write_bytes(b'{"step": 1, "loss": 2.0}\n{"pad": "' + big + b'"}\n{"step": 2, "loss": 1.5}\n')
+    s = mp.read_jsonl(jl, "metrics.jsonl")
+    assert s.series["loss"].values == [2.0, 1.5] and s.series["loss"].lines == [1, 3]
+    csvf = tmp_path / "metrics.csv"
+    csvf.write_bytes(b"step,loss\n1,2.0\n" + big + b"\n2,1.5\n")
+    c = mp.read_csv(csvf, "metrics.csv")
+    assert c.series["loss"].values == [2.0, 1.5]
+    # Pieces: the reader never asks for more than the cap (plus one) at a time.
+    import io
+
+    class Spy(io.BytesIO):
+        def readline(self, size: int = -1) -> bytes:  # type: ignore[override]
+            assert 0 < size <= mp.MAX_RECORD_BYTES + 1
+            return super().readline(size)
+
+    assert list(mp.bounded_lines(Spy(b"a\n" + big + b"\nb\n"), mp.MAX_RECORD_BYTES)) == [b"a\n", None, b"b\n"]
+
+
+def test_oversized_trainer_state_is_skipped_with_an_issue(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mldebug_rules.collectors import metrics_parse as mp
+
+    monkeypatch.setattr(mp, "MAX_STRUCTURED_BYTES", 1000)
+    p = tmp_path / "trainer_state.json"
+    p.write_text('{"log_history": [' + ",".join(f'{{"step": {i}, "loss": 1.0}}' for i in range(100)) + "]}")
+    out = mp.read_trainer_state(p, "trainer_state.json")
+    assert any("larger than 1000 bytes" in i for i in out.issues), out.issues
+    assert not out.series
+
+
+# -- 10. facts per kind are bounded, and repeated diagnoses do not grow memory ------------------------------
+
+
+def test_many_facts_are_bounded_per_kind_and_counted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reproducer had 80,000 facts; the bound is what matters, so it is scaled down here."""
+    from mldebug_rules.engine.facts import FactRegistry
+
+    from mldebug_rules import diagnose as dg
+
+    monkeypatch.setattr(dg, "FACTS_KEPT_PER_KIND", 40)
+    reg = FactRegistry.load()
+    extra = [
+        reg.make(
+            "log.signature",
+            {"signature": "cuda_oom", "role": "root", "stream": "train", "count": 1},
+            file=f"r{i}.log",
+            line=1,
+            rank=i,
+            text="torch.OutOfMemoryError: CUDA out of memory",
+        )
+        for i in range(300)
+    ]
+    run = tmp_path / "run"
+    run.mkdir()
+    for backend in ("durable", "python"):
+        d = dg.diagnose(dg.Request(run_dirs=[run], offline=True, engine=backend), extra_facts=extra)
+        assert any("260 log.signature facts" in w for w in d.warnings), d.warnings
+        assert d.gate.hypotheses and d.gate.hypotheses[0].id == "gpu_oom"
+
+
+def test_repeated_diagnoses_do_not_grow_memory(tmp_path: Path) -> None:
+    """Each diagnosis once left its durable-rules session behind (2.45 MB a call, MemoryError at call 1025)."""
+    code = (
+        "import gc, sys\n"
+        "from pathlib import Path\n"
+        "from mldebug_rules.diagnose import Request, diagnose, load_kb\n"
+        "from mldebug_rules.collectors.registry import default_probes\n"
+        "run = Path(sys.argv[1]); req = Request(run_dirs=[run], offline=True)\n"
+        "kb = load_kb(req); probes = default_probes(live=False)\n"
+        "rss = lambda: int(open('/proc/self/statm').read().split()[1]) * 4096\n"
+        "for i in range(60):\n"
+        "    diagnose(req, kb=kb, probes=probes)\n"
+        "    if i == 9: gc.collect(); base = rss()\n"
+        "gc.collect(); print((rss() - base) / 2**20)\n"
+    )
+    fixture = Path(__file__).parent.parent / "fixtures" / "shape_mismatch"
+    p = subprocess.run(
+        [sys.executable, "-c", code, str(fixture)], capture_output=True, text=True, timeout=600
+    )
+    assert p.returncode == 0, p.stderr
+    assert float(p.stdout.strip()) < 30, p.stdout  # 50 calls used to add about 120 MB
+
+
+# -- 11. skipped input is reported, and the verdict is then uncertain ------------------------------------
+
+
+def test_a_log_too_deep_is_reported_and_the_verdict_uncertain(tmp_path: Path) -> None:
+    import json
+
+    run = tmp_path / "run"
+    deep = run / "a" / "b" / "c" / "d" / "e" / "f" / "g"
+    deep.mkdir(parents=True)
+    (deep / "train.log").write_text("RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
+    (run / "train.log").write_text("step 1 loss 2.0\n")
+    p = cli("diagnose", str(run), "--offline", "--format", "json")
+    assert p.returncode == 0, p.stderr
+    report = json.loads(p.stdout)
+    assert report["verdict"] == "uncertain"
+    assert any("deeper than" in w for w in report["warnings"])
+    text = cli("diagnose", str(run), "--offline").stdout
+    assert "NO FAILURE" not in text and "deeper than" in text
+
+
+def test_too_many_files_is_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from mldebug_rules.collectors import rundir
+
+    from mldebug_rules.diagnose import Request, diagnose
+
+    monkeypatch.setattr(rundir, "MAX_FILES", 5)
+    run = tmp_path / "run"
+    run.mkdir()
+    for i in range(8):
+        (run / f"w{i}.log").write_text("step 1 loss 2.0\n")
+    (run / "zz_last.log").write_text("RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
+    d = diagnose(Request(run_dirs=[run], offline=True))
+    assert d.gate.verdict == "uncertain"
+    assert any("more than 5 files" in w for w in d.warnings), d.warnings
+
+
+# -- 13. a read-only run directory: checked before anything runs ------------------------------------------
+
+
+def test_read_only_state_dir_fails_before_running(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "train.log").write_text("RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
+    (run / ".mldebug").write_text("not a directory")  # unwritable as a state dir, even for root
+    marker = tmp_path / "ran"
+    p = cli(
+        "smoke", "run", str(run), "--hypothesis", "gpu_oom", "--",
+        sys.executable, "-c", f"open({str(marker)!r}, 'w').close()",
+    )  # fmt: skip
+    assert p.returncode == 2 and "cannot write the smoke state" in p.stderr and "Traceback" not in p.stderr
+    assert not marker.exists()  # nothing was run
+    r = cli("smoke", "record", str(run), "--hypothesis", "gpu_oom", "--outcome", "confirmed")
+    assert r.returncode == 2 and "cannot write the smoke state" in r.stderr
+
+
+# -- 17. --timeout must be a finite positive number ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "-1", "0"])
+def test_bad_smoke_timeouts_are_exit_2(tmp_path: Path, value: str) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    p = cli("smoke", "run", str(run), "--hypothesis", "gpu_oom", "--timeout", value, "--", "true")
+    assert p.returncode == 2 and "--timeout" in p.stderr and "internal error" not in p.stderr
+
+
+# -- 14. the smoke child dies with `smoke run`: own process group, TERM forwarded, PDEATHSIG -----------------
+
+
+def _alive(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _wait_file(path: Path, timeout: float = 120.0) -> str:
+    import time
+
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if path.exists() and path.read_text().strip():
+            return path.read_text().strip()
+        time.sleep(0.1)
+    raise AssertionError(f"{path} never written")
+
+
+def _wait_gone(pid: int, timeout: float = 60.0) -> bool:
+    import time
+
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if not _alive(pid):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.mark.parametrize("sig", ["TERM", "KILL"])
+def test_smoke_child_does_not_outlive_its_runner(tmp_path: Path, sig: str) -> None:
+    import os
+    import signal
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "train.log").write_text("RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
+    pidfile = tmp_path / "child.pid"
+    child = f"import os, time\nopen({str(pidfile)!r}, 'w').write(str(os.getpid()))\ntime.sleep(600)\n"
+    runner = subprocess.Popen(
+        [sys.executable, "-m", "mldebug_rules", "smoke", "run", str(run), "--hypothesis", "gpu_oom",
+         "--timeout", "900", "--", sys.executable, "-c", child],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        pid = int(_wait_file(pidfile))
+        assert os.getpgid(pid) != os.getpgid(runner.pid)  # its own process group
+        runner.send_signal(getattr(signal, f"SIG{sig}"))
+        runner.wait(timeout=120)
+        assert _wait_gone(pid), f"smoke child {pid} outlived `smoke run` killed by SIG{sig}"
+    finally:
+        runner.kill()
+        if pidfile.exists():
+            with __import__("contextlib").suppress(OSError, ValueError):
+                os.kill(int(pidfile.read_text()), signal.SIGKILL)
+
+
+# -- and: a probe command's setsid grandchild is killed with it -------------------------------------------
+
+
+@pytest.mark.parametrize("answers", [True, False])
+def test_probe_command_leaves_no_setsid_grandchild(tmp_path: Path, answers: bool) -> None:
+    import os
+    import signal
+
+    from mldebug_rules.collectors.base import run_command
+
+    pidfile = tmp_path / "grandchild.pid"
+    grand = f"import os, time; open({str(pidfile)!r}, 'w').write(str(os.getpid())); time.sleep(600)"
+    fake_smi = (
+        "import subprocess, sys, time\n"
+        f"subprocess.Popen([sys.executable, '-c', {grand!r}], start_new_session=True,\n"
+        "                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
+        f"while not __import__('os').path.exists({str(pidfile)!r}): time.sleep(0.05)\n"
+        f"print('GPU 0: fake')\n" + ("" if answers else "time.sleep(600)\n")
+    )
+    try:
+        res = run_command([sys.executable, "-c", fake_smi], timeout_s=60 if answers else 5)
+        assert res.status == ("ok" if answers else "timeout")
+        pid = int(_wait_file(pidfile))
+        assert _wait_gone(pid), "the probe's setsid grandchild is still running"
+    finally:
+        if pidfile.exists():
+            with __import__("contextlib").suppress(OSError, ValueError):
+                os.kill(int(pidfile.read_text()), signal.SIGKILL)
