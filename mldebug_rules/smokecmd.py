@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shlex
 import sys
+import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -49,6 +51,21 @@ def _request(run_dir: Path, args: argparse.Namespace) -> Request:
     return Request(
         run_dirs=[run_dir], rules_dirs=[Path(x) for x in getattr(args, "rules", []) or []], offline=True
     )
+
+
+def _check_state_writable(run_dir: Path) -> None:
+    """Fail early, with one line, when RUN_DIR/.mldebug cannot be written (a read-only run directory)."""
+    d = run_dir / STATE_DIR
+    try:
+        d.mkdir(exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".write-check-", dir=d)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise UsageError(
+            f"{d}: cannot write the smoke state there ({e.strerror or e}); nothing was run or recorded. "
+            "Copy the run directory somewhere writable and point the command at the copy"
+        ) from None
 
 
 def _check_hypothesis(kb: KnowledgeBase, hid: str | None, flag: str = "--hypothesis") -> str:
@@ -349,8 +366,9 @@ def run(args: argparse.Namespace) -> int:
     argv = list(args.argv or [])
     if not argv:
         raise UsageError("smoke run: give the command after --, e.g. -- python train.py --max_steps 1")
-    if args.timeout <= 0:
-        raise UsageError("--timeout must be > 0 seconds")
+    if not math.isfinite(args.timeout) or args.timeout <= 0:  # nan compares false with everything
+        raise UsageError(f"--timeout {args.timeout}: must be a finite number of seconds > 0")
+    _check_state_writable(run_dir)  # before anything runs: a result that cannot be kept is not worth running
     control = parse_control(args.control)
     d = diagnose(_request(run_dir, args))
     kb = d.kb
@@ -477,6 +495,7 @@ def record(args: argparse.Namespace) -> int:
     run_dir = _run_dir(args.run_dir)
     if not args.outcome:
         raise UsageError("smoke record: --outcome confirmed|refuted|inconclusive is required")
+    _check_state_writable(run_dir)
     kb = load_kb(_request(run_dir, args))
     hid = _check_hypothesis(kb, args.hypothesis)
     if args.smoke and args.smoke not in kb.smokes:
