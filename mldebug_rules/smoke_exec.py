@@ -13,10 +13,12 @@ import selectors
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from .collectors.logscan import Pattern, Scanner
 from .engine.packs import KnowledgeBase
@@ -127,6 +129,58 @@ class _Capture:
         return bytes(self.head), tail
 
 
+def _die_with_parent(parent: int) -> Callable[[], None] | None:
+    """A preexec hook (Linux): the child gets SIGKILL when `smoke run` dies, even by SIGKILL itself, so a
+    smoke never outlives its runner with no timeout. None where prctl is not available."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        prctl = libc.prctl
+    except (OSError, AttributeError):
+        return None
+
+    def hook() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # the runner died before the prctl took effect
+            os._exit(137)
+
+    return hook
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+@contextlib.contextmanager
+def _forward_signals(proc: subprocess.Popen[bytes]) -> Iterator[None]:
+    """While the smoke runs, SIGTERM/SIGHUP/SIGINT to `smoke run` go to the smoke's whole process group
+    (it runs in its own session), and then end `smoke run` as they would have."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers can only be set from the main thread
+        return
+    previous: dict[int, Any] = {}
+
+    def handler(signum: int, _frame: Any) -> None:
+        _kill_group(proc, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(KILL_GRACE_S)
+        _kill_group(proc, signal.SIGKILL)
+        signal.signal(signum, previous.get(signum, signal.SIG_DFL))
+        raise SystemExit(128 + signum)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        with contextlib.suppress(ValueError, OSError):
+            previous[sig] = signal.signal(sig, handler)
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            with contextlib.suppress(ValueError, OSError):
+                signal.signal(sig, old)
+
+
 def _kill_group(proc: subprocess.Popen[bytes], sig: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, sig)
@@ -145,7 +199,8 @@ def run_command(
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
-            start_new_session=True,
+            start_new_session=True,  # its own session and process group: killed as a whole
+            preexec_fn=_die_with_parent(os.getpid()),
         )
     except OSError as e:
         return Execution(list(argv), None, False, 0.0, b"", b"", 0, error=f"{argv[0]}: {e.strerror or e}")
@@ -158,25 +213,26 @@ def run_command(
     timed_out = False
     eof = False
     try:
-        while not eof:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                timed_out = True
-                break
-            if sel.select(min(left, 0.5)):
-                eof = not _drain(fd, cap)
-            # The command may exit while a grandchild keeps the pipe open (and even keeps writing to it):
-            # the smoke is over when the command is; the group is killed below.
-            if proc.poll() is not None:
-                break
-        if timed_out:
-            _kill_group(proc, signal.SIGTERM)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(KILL_GRACE_S)
-            _kill_group(proc, signal.SIGKILL)
-            proc.wait()
-        else:
-            proc.wait()
+        with _forward_signals(proc):
+            while not eof:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    timed_out = True
+                    break
+                if sel.select(min(left, 0.5)):
+                    eof = not _drain(fd, cap)
+                # The command may exit while a grandchild keeps the pipe open (and even keeps writing to it):
+                # the smoke is over when the command is; the group is killed below.
+                if proc.poll() is not None:
+                    break
+            if timed_out:
+                _kill_group(proc, signal.SIGTERM)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(KILL_GRACE_S)
+                _kill_group(proc, signal.SIGKILL)
+                proc.wait()
+            else:
+                proc.wait()
         _drain(fd, cap)
     finally:
         # Whatever the smoke left running in its group (workers, a stuck rank) must not outlive it.
