@@ -305,7 +305,7 @@ def _segments(path: Path, notes: list[str] | None = None) -> Iterator[tuple[byte
     base = 0
     carry = b""
     index = -1
-    with raw, (gzip.GzipFile(fileobj=raw, mode="rb") if gz else raw) as fh:
+    with raw, gzip.GzipFile(fileobj=raw, mode="rb") if gz else raw as fh:
         while True:
             chunk = fh.read(CHUNK)
             if not chunk:
@@ -434,7 +434,7 @@ def read_jsonl(path: Path, display: str) -> SeriesSet:
     ordinal = 0
     try:
         raw_fh = open_regular(path)
-        with raw_fh, (gzip.GzipFile(fileobj=raw_fh, mode="rb") if path.name.endswith(".gz") else raw_fh) as fh:
+        with raw_fh, gzip.GzipFile(fileobj=raw_fh, mode="rb") if path.name.endswith(".gz") else raw_fh as fh:
             for line_no, raw in enumerate(bounded_lines(fh, MAX_RECORD_BYTES), 1):
                 if raw is None or not raw.strip():
                     continue

@@ -119,7 +119,9 @@ def load_file(path: Path | str, display: str | None = None) -> Any:
     try:
         data = read_capped(p, MAX_YAML_BYTES)
     except Unreadable as e:
-        raise YamlError(shown, 0, f"cannot read: {e.reason} (rule files are limited to {MAX_YAML_BYTES} bytes)") from None
+        raise YamlError(
+            shown, 0, f"cannot read: {e.reason} (rule files are limited to {MAX_YAML_BYTES} bytes)"
+        ) from None
     except OSError as e:
         raise YamlError(shown, 0, f"cannot read: {e.strerror or e}") from None
     try:
