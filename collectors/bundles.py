@@ -19,6 +19,7 @@ conclusions, and smoke results come from the run directory's own records, never 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Mapping
@@ -69,7 +70,20 @@ def read_bundle(path: Path) -> dict[str, Any]:
         raise BundleError(f"schema {schema!r} is not {SCHEMA!r}")
     if not isinstance(doc.get("facts"), list):
         raise BundleError("`facts` is missing or not a list")
+    if "checksum" in doc and doc["checksum"] != bundle_checksum(doc):
+        raise BundleError("checksum mismatch: the bundle is truncated or was edited")
     return doc
+
+
+def bundle_checksum(doc: Mapping[str, Any]) -> str:
+    """sha256 of the bundle without its ``checksum`` key, in canonical JSON (sorted keys, no spaces).
+
+    >>> bundle_checksum({"schema": SCHEMA, "facts": []}) == bundle_checksum({"facts": [], "schema": SCHEMA})
+    True
+    """
+    body = {k: v for k, v in doc.items() if k != "checksum"}
+    canon = json.dumps(body, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+    return "sha256:" + hashlib.sha256(canon.encode("utf-8")).hexdigest()
 
 
 def _count(skipped: dict[str, int], why: str) -> None:
@@ -152,6 +166,8 @@ def probe_bundles(ctx: Context) -> ProbeOutput:
             problems.append(f"{shown}: {e}")
             continue
         loaded = load_facts(doc, ctx.registry, prefix_host=len(paths) > 1)
+        if "checksum" not in doc:
+            notes.append(f"{shown}: no checksum (an older writer): whether it is whole cannot be told")
         out.facts += loaded.facts
         recorded = ", ".join(
             f"{p.get('name')} {p.get('status')}" for p in loaded.probes if p.get("status") != "ok"

@@ -730,3 +730,46 @@ def test_probe_command_leaves_no_setsid_grandchild(tmp_path: Path, answers: bool
         if pidfile.exists():
             with __import__("contextlib").suppress(OSError, ValueError):
                 os.kill(int(pidfile.read_text()), signal.SIGKILL)
+
+
+# -- 15. bundles are written whole or not at all, and a cut one is refused -----------------------------------
+
+
+def test_bundle_is_atomic_and_a_cut_one_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+    import os
+
+    from mldebug_rules import cli as cli_mod
+    from mldebug_rules.collectors.bundles import BundleError, read_bundle
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "train.log").write_text(
+        "".join(f"step {i} loss 2.0\n" for i in range(400)) + "RuntimeError: CUDA out of memory\n"
+    )
+    out = tmp_path / "b.mldebug.json"
+    assert cli("collect", str(run), "--offline", "--out", str(out)).returncode == 0
+    doc = read_bundle(out)
+    assert doc["checksum"].startswith("sha256:")
+    data = out.read_bytes()
+    for cut in (8192, len(data) // 2, len(data) - 40):
+        cut_file = tmp_path / f"cut{cut}.mldebug.json"
+        cut_file.write_bytes(data[:cut])
+        with pytest.raises(BundleError):
+            read_bundle(cut_file)
+    edited = json.loads(data)
+    edited["facts"] = edited["facts"][:1]  # a valid JSON bundle with facts missing
+    (tmp_path / "edited.mldebug.json").write_text(json.dumps(edited))
+    with pytest.raises(BundleError, match="checksum mismatch"):
+        read_bundle(tmp_path / "edited.mldebug.json")
+
+    # A full disk: fsync reports ENOSPC (as it does when delayed allocation fails); nothing is left behind.
+    def enospc(fd: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    target = tmp_path / "full" / "x.mldebug.json"
+    target.parent.mkdir()
+    monkeypatch.setattr(os, "fsync", enospc)
+    assert cli_mod.main(["collect", str(run), "--offline", "--out", str(target)]) == 2
+    monkeypatch.undo()
+    assert list(target.parent.iterdir()) == []
