@@ -739,8 +739,9 @@ def test_bundle_is_atomic_and_a_cut_one_is_refused(tmp_path: Path, monkeypatch: 
     import json
     import os
 
-    from mldebug_rules import cli as cli_mod
     from mldebug_rules.collectors.bundles import BundleError, read_bundle
+
+    from mldebug_rules import cli as cli_mod
 
     run = tmp_path / "run"
     run.mkdir()
