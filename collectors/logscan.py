@@ -14,8 +14,9 @@ Design (why it looks the way it does):
 * Semantics are per line: a pattern hits line L iff ``re.search(pattern, L)`` finds a match, where L is the
   line without its terminator (LF or CR LF) and capped at 1 MiB.  ``^``/``$``/``\\A``/``\\Z`` therefore
   mean line start/end.  Both engines only produce *candidate* lines cheaply over a whole segment and then
-  confirm each candidate with Python ``re`` on that line alone; confirmation is also what yields the named
-  groups.  Candidates are always a superset of the true hits, so the engines agree with the per-line
+  confirm each candidate on that line alone (Python ``re`` syntax, run by the ``regex`` module so that every
+  call has a timeout: a catastrophically backtracking pattern is given up, see MATCH_TIMEOUT_S);
+  confirmation is also what yields the named groups.  Candidates are always a superset of the true hits, so the engines agree with the per-line
   reference by construction.
 * Hyperscan engine: every pattern P is compiled as ``(?:P)[^\\n]*$`` in multi-line mode.  Hyperscan reports
   each distinct match end once per pattern, and with that suffix every match on a line ends at the line
