@@ -21,6 +21,7 @@ from .engine.safeio import Unreadable, open_regular
 from .errors import UsageError
 
 FACTS_KEPT_PER_KIND = 4000  # the engine sees at most this many facts of one kind (first and last half)
+MAX_ENGINE_FACTS = 40000  # and at most this many in all (durable-rules refused a batch from about 66,000)
 MAX_SKIP_NOTES = 20  # skipped inputs named one by one in the warnings; the rest are counted
 
 # Fact kinds that count as "something was actually read" for the verdict.
@@ -121,7 +122,7 @@ def diagnose(
     engine_facts, dropped = bound_facts(facts)
     result = run_rules(compiled, kb.registry, engine_facts, req.engine)
     warnings: list[str] = [
-        f"{n} {kind} facts past the first and last {FACTS_KEPT_PER_KIND // 2} were counted, not reasoned over"
+        f"{n} {kind} facts beyond the first and last of their kind were counted, not reasoned over"
         for kind, n in sorted(dropped.items())
     ]
     disabled = {k: v for o in outputs for k, v in o.payload.get("disabled_packs", {}).items()}
@@ -189,7 +190,12 @@ def bound_facts(facts: Sequence[Fact], per_kind: int | None = None) -> tuple[lis
     >>> [f.attrs["probe"] for f in kept], dropped
     (['p0', 'p4'], {'probe.status': 3})
     """
-    return _bound(facts, FACTS_KEPT_PER_KIND if per_kind is None else per_kind)
+    n = FACTS_KEPT_PER_KIND if per_kind is None else per_kind
+    kept, dropped = _bound(facts, n)
+    while len(kept) > MAX_ENGINE_FACTS and n > 2:  # many crowded kinds: tighten every kind alike
+        n //= 2
+        kept, dropped = _bound(facts, n)
+    return kept, dropped
 
 
 def _bound(facts: Sequence[Fact], per_kind: int) -> tuple[list[Fact], dict[str, int]]:

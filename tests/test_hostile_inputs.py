@@ -813,3 +813,43 @@ def test_known_launchers_are_still_offered(tmp_path: Path) -> None:
     (run / "train.log").write_text("$ python -m evil.mod train.py\n")
     found = find_command(run)
     assert found is not None and "not a known launcher" in found.review
+
+
+def test_a_bundle_with_80000_facts_is_diagnosed(tmp_path: Path) -> None:
+    """The reproducer itself: 80,000 facts in one bundle ended in EngineError (MessageObservedException)."""
+    import json
+
+    from mldebug_rules.collectors.bundles import SCHEMA
+
+    facts = [
+        {
+            "kind": "log.signature",
+            "attrs": {"signature": "cuda_oom", "role": "root", "stream": "train"},
+            "origin": "probe",
+            "file": f"rank{i}.log",
+            "line": 1,
+            "rank": i,
+            "text": "torch.OutOfMemoryError: CUDA out of memory",
+        }
+        for i in range(80_000)
+    ]
+    bundle = tmp_path / "big.mldebug.json"
+    bundle.write_text(json.dumps({"schema": SCHEMA, "host": "n1", "facts": facts}))
+    p = cli("diagnose", "--offline", "--bundle", str(bundle), "--format", "json", timeout=600)
+    assert p.returncode == 0, p.stderr
+    report = json.loads(p.stdout)
+    assert report["hypotheses"][0]["id"] == "gpu_oom"
+    assert any("log.signature facts beyond the first and last" in w for w in report["warnings"])
+
+
+def test_many_crowded_kinds_stay_under_the_engine_total() -> None:
+    from mldebug_rules import diagnose as dg
+    from mldebug_rules.engine.facts import FactRegistry
+
+    reg = FactRegistry.load()
+    facts = [
+        reg.make("probe.status", {"probe": f"p{i}", "status": "ok", "detail": ""}) for i in range(30_000)
+    ]
+    facts += [reg.make("log.file", {"stream": "train", "lines": i}, file=f"f{i}.log") for i in range(30_000)]
+    kept, dropped = dg.bound_facts(facts, per_kind=25_000)
+    assert len(kept) <= dg.MAX_ENGINE_FACTS and sum(dropped.values()) == len(facts) - len(kept)
