@@ -319,7 +319,7 @@ def test_permission_denied_via_open(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     def deny(*_a: object, **_k: object) -> None:
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr("builtins.open", deny)
+    monkeypatch.setattr("os.open", deny)  # the scanner opens through engine/safeio.py (os.open, O_NONBLOCK)
     assert Scanner(PATS).scan_path(p).issues == ["permission denied"]
 
 
