@@ -56,11 +56,16 @@ def _request(run_dir: Path, args: argparse.Namespace) -> Request:
 def _check_state_writable(run_dir: Path) -> None:
     """Fail early, with one line, when RUN_DIR/.mldebug cannot be written (a read-only run directory)."""
     d = run_dir / STATE_DIR
+    created = False
     try:
-        d.mkdir(exist_ok=True)
+        if not d.exists():
+            d.mkdir()
+            created = True
         fd, probe = tempfile.mkstemp(prefix=".write-check-", dir=d)
         os.close(fd)
         os.unlink(probe)
+        if created:  # leave the run directory as it was: the state is written only with a result
+            d.rmdir()
     except OSError as e:
         raise UsageError(
             f"{d}: cannot write the smoke state there ({e.strerror or e}); nothing was run or recorded. "
