@@ -507,9 +507,9 @@ def record(args: argparse.Namespace) -> int:
     run_dir = _run_dir(args.run_dir)
     if not args.outcome:
         raise UsageError("smoke record: --outcome confirmed|refuted|inconclusive is required")
-    _check_state_writable(run_dir)
     kb = load_kb(_request(run_dir, args))
     hid = _check_hypothesis(kb, args.hypothesis)
+    _check_state_writable(run_dir)
     if args.smoke and args.smoke not in kb.smokes:
         raise UsageError(f"--smoke {args.smoke}: unknown smoke id")
     if args.control:

@@ -843,8 +843,9 @@ def test_a_bundle_with_80000_facts_is_diagnosed(tmp_path: Path) -> None:
 
 
 def test_many_crowded_kinds_stay_under_the_engine_total() -> None:
-    from mldebug_rules import diagnose as dg
     from mldebug_rules.engine.facts import FactRegistry
+
+    from mldebug_rules import diagnose as dg
 
     reg = FactRegistry.load()
     facts = [
