@@ -372,7 +372,7 @@ def exception_facts(
                         attrs,
                         file=src.display,
                         line=e.line,
-                        text=text[:2000],
+                        text=clip(text, 2000),
                         ts=clock.time(e.line, text),
                         rank=rank,
                         host=lineinfo.host_of_line(text) or file_host,
@@ -408,7 +408,7 @@ def exception_facts(
                             file=src.display,
                             line=f.log_line,
                             rank=rank,
-                            text=(lines.get(f.log_line) or f.text)[:2000],
+                            text=clip(lines.get(f.log_line) or f.text, 2000),
                         )
                     )
     return facts

@@ -383,7 +383,7 @@ def exception_facts(tl: Timeline, facts: Sequence[Fact], reg: FactRegistry) -> l
             {"type": exception_type(text), "first": e is tl.first and e.role != "root"},
             file=f.file or "",
             line=line,
-            text=text[:2000],
+            text=clip(text, 2000),
             rank=e.rank,
             host=f.host or e.host,
         )

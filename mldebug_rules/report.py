@@ -439,7 +439,8 @@ def to_text(report: dict[str, Any], markdown: bool = False) -> str:
         "no_failure": "NO FAILURE found",
     }[verdict]
     lines.append(("# " if markdown else "") + f"mldebug-rules diagnosis: {title}")
-    lines += [f"{'> ' if markdown else ''}warning: {w}" for w in report.get("warnings", [])]  # disabled packs
+    # Warnings (a disabled pack, input not read, facts counted but not reasoned over) head the report.
+    lines += [f"{'> ' if markdown else ''}warning: {w}" for w in report.get("warnings", [])]
     lines.append("")
     lines.append(f"{h1}1. What the probes found")
     for p in report["probes"]:
@@ -448,8 +449,6 @@ def to_text(report: dict[str, Any], markdown: bool = False) -> str:
         )
     for n in report.get("inputs", []):
         lines.append(f"{bullet}input: {n['text']}")
-    for w in report.get("warnings", []):
-        lines.append(f"{bullet}warning: {w}")
     lines.append("")
     lines += _rank_lines(report.get("ranks"), bullet, code)
     exc = report.get("exception")

@@ -228,8 +228,11 @@ def test_secrets_at_the_cut_stay_out_of_reports(tmp_path: Path) -> None:
     url = f"https://user:{SECRET}"
     lines = []
     for cut in (500, 2000, 4096):
-        pad = cut - len(url) - len("RuntimeError: CUDA out of memory ")
-        lines.append("RuntimeError: CUDA out of memory " + "y" * pad + url + "@host/x")
+        # The real wording ("CUDA out of memory. Tried to allocate ..."), padded so the URL's password
+        # straddles the cut.
+        head = "RuntimeError: CUDA out of memory. Tried to allocate "
+        pad = cut - len(url) - len(head)
+        lines.append(head + "y" * pad + url + "@host/x")
     (run / "train.log").write_text("\n".join(lines) + "\n")
     for fmt in ("json", "text"):
         p = cli("diagnose", str(run), "--offline", "--format", fmt)
@@ -346,7 +349,18 @@ def test_fifo_smoke_state_is_refused_not_waited_on(tmp_path: Path) -> None:
     os.mkfifo(run / ".mldebug" / "smokes.jsonl")
     p = cli("diagnose", str(run), "--offline", timeout=300)
     assert p.returncode == 0 and "smoke_state: error" in p.stdout and "fifo" in p.stdout, p.stdout
-    r = cli("smoke", "record", str(run), "--hypothesis", "gpu_oom", "--outcome", "confirmed", timeout=300)
+    r = cli(
+        "smoke",
+        "record",
+        str(run),
+        "--hypothesis",
+        "gpu_oom",
+        "--outcome",
+        "confirmed",
+        "--note",
+        "by hand",
+        timeout=300,
+    )
     assert r.returncode == 2 and "fifo" in r.stderr and "Traceback" not in r.stderr
 
 
@@ -625,7 +639,9 @@ def test_read_only_state_dir_fails_before_running(tmp_path: Path) -> None:
     )  # fmt: skip
     assert p.returncode == 2 and "cannot write the smoke state" in p.stderr and "Traceback" not in p.stderr
     assert not marker.exists()  # nothing was run
-    r = cli("smoke", "record", str(run), "--hypothesis", "gpu_oom", "--outcome", "confirmed")
+    r = cli(
+        "smoke", "record", str(run), "--hypothesis", "gpu_oom", "--outcome", "confirmed", "--note", "by hand"
+    )
     assert r.returncode == 2 and "cannot write the smoke state" in r.stderr
 
 
