@@ -39,6 +39,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ..engine.facts import FactError
+from ..engine.safeio import open_regular, read_up_to
 from .base import Context, ProbeOutput, ProbeUnavailable, Runner, runner_of
 from .deadlines import command_timeout, hostname
 from .gpu_nvml import throttle_attrs
@@ -153,6 +154,9 @@ def parse_csv(text: str, header: Sequence[str] | None = None) -> Iterator[tuple[
 _TABLE_DEV = re.compile(
     r"^\|\s*(\d+)\s+(.+?)\s+(?:On|Off)\s*\|\s*([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d)\s+\S+\s*\|\s*(\S+)\s*\|"
 )
+# A process holding at least this much device memory is a training job, not a stray context (a CUDA context
+# that another rank opened on GPU 0 holds a few hundred MiB): two of them on one GPU are competing jobs.
+LARGE_PROCESS_MIB = 2048
 _TABLE_PROC = re.compile(r"^\|\s+(\d+)\s+(?:\S+\s+\S+\s+)?(\d+)\s+[CGM+]+\s+\S.*?\s(\d+)MiB\s*\|")
 
 
@@ -161,6 +165,7 @@ def parse_table(text: str) -> Iterator[tuple[int, dict[str, Any], str]]:
     lines = text.splitlines()
     devices: list[tuple[int, dict[str, Any], str]] = []
     procs: dict[int, int] = {}
+    large: dict[int, int] = {}
     in_procs = False
     for i, line in enumerate(lines):
         if "Processes:" in line:
@@ -169,7 +174,10 @@ def parse_table(text: str) -> Iterator[tuple[int, dict[str, Any], str]]:
         if in_procs:
             m = _TABLE_PROC.match(line)
             if m:
-                procs[int(m.group(1))] = procs.get(int(m.group(1)), 0) + 1
+                gpu = int(m.group(1))
+                procs[gpu] = procs.get(gpu, 0) + 1
+                if int(m.group(3)) >= LARGE_PROCESS_MIB:
+                    large[gpu] = large.get(gpu, 0) + 1
             continue
         m = _TABLE_DEV.match(line)
         if not m:
@@ -195,6 +203,7 @@ def parse_table(text: str) -> Iterator[tuple[int, dict[str, Any], str]]:
     if in_procs:
         for _, attrs, _ in devices:
             attrs["processes"] = procs.get(attrs["index"], 0)
+            attrs["large_processes"] = large.get(attrs["index"], 0)
     yield from devices
 
 
@@ -208,7 +217,8 @@ def parse_q(text: str) -> Iterator[tuple[int, dict[str, Any], str]]:
             continue
         m = re.match(r"^GPU ([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d)\s*$", line)
         if m:
-            cur = {"_pci": m.group(1), "index": len(devices), "processes": 0, "_ecc": None, "_retired": None}
+            cur = {"_pci": m.group(1), "index": len(devices), "processes": 0, "large_processes": 0}
+            cur.update(_ecc=None, _retired=None)
             cur["_mask_names"] = []
             devices.append((no, cur, line.strip()))
             stack = []
@@ -258,6 +268,10 @@ def parse_q(text: str) -> Iterator[tuple[int, dict[str, Any], str]]:
             cur["remap_failure"] = value.lower() == "yes"
         elif section == "Processes" and key == "Process ID":
             cur["processes"] += 1
+        elif section == "Processes" and key == "Used GPU Memory":
+            used = _num(value, "float")
+            if used is not None and used >= LARGE_PROCESS_MIB:
+                cur["large_processes"] += 1
     out = []
     for no, cur, text_line in devices:
         names = {n.lower() for n in cur.pop("_mask_names", [])}
@@ -305,8 +319,8 @@ def probe_gpu_files(ctx: Context) -> ProbeOutput:
         prefix = "" if len(ctx.run_dirs) == 1 else root.name.rstrip("/") + "/"
         for p in files.files("gpu"):
             try:
-                with open(p, "rb") as f:
-                    text = f.read(4 * 2**20).decode("utf-8", "replace")
+                with open_regular(p) as f:
+                    text = read_up_to(f, 4 * 2**20).decode("utf-8", "replace")
             except OSError as e:
                 out.detail += f"{files.rel(p)}: {e.strerror}; "
                 continue
