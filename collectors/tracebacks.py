@@ -28,6 +28,8 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from ..redact import clip
+
 HEADER = "Traceback (most recent call last)"
 # Region starts the scanner reports, with the lines it keeps after each (collectors/logs.py).
 REGION_START = (
@@ -290,7 +292,9 @@ def _errno_of(message: str) -> tuple[int, str, str]:
 def _make_exc(qual: str, message: str, line: int, text: str) -> ParsedException:
     bare = qual.rsplit(".", 1)[-1]
     no, name, strerror = _errno_of(message)
-    e = ParsedException(qual_type=qual, bare_type=bare, message=message[:MESSAGE_CHARS], line=line, text=text)
+    e = ParsedException(
+        qual_type=qual, bare_type=bare, message=clip(message, MESSAGE_CHARS), line=line, text=text
+    )
     e.errno, e.errno_name, e.strerror = no, name, strerror
     e.family = family_of(qual)
     return e
@@ -490,7 +494,7 @@ class _Parser:
                     if extra:
                         exc.text = raw + "\n" + "\n".join(extra)
                         if not exc.message:
-                            exc.message = extra[0][:MESSAGE_CHARS]
+                            exc.message = clip(extra[0], MESSAGE_CHARS)
                             no2, name, se = _errno_of(exc.message)
                             exc.errno, exc.errno_name, exc.strerror = no2, name, se
                         elif exc.errno < 0 and not exc.errno_name:
