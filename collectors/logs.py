@@ -40,6 +40,7 @@ _STEP_TIME = (
     r"(?P<unit_pre>_ms|_s)?['\"]?\s*[:=]\s*(?P<value>\d+(?:\.\d+)?)\s*(?P<unit>ms|s)?"
 )
 _STEP_TIME_RE = re.compile(_STEP_TIME, re.I)
+CONTEXT_CUT = 500  # bytes: a context line this long may have been cut by the scanner (logscan._CONTEXT_BYTES)
 REGIONS_KEPT = 200  # traceback regions per file whose lines the scanner keeps (the tail is read anyway)
 STEP_SERIES_KEPT = 64  # step-time points per rank kept from a file's tail
 # The last line of a Python traceback (the exception raised), with an optional rank prefix. Kept per rank,
@@ -301,7 +302,7 @@ def exception_facts(
     for h in regions:
         lines[h.line_no] = h.text
         for k, t in enumerate(h.after, 1):
-            lines.setdefault(h.line_no + k, t)
+            lines.setdefault(h.line_no + k, _whole_words(t))
     for no, t in res.tail:
         lines[no] = t
     excs: list[tracebacks.ParsedException] = []
@@ -412,6 +413,14 @@ def exception_facts(
                         )
                     )
     return facts
+
+
+def _whole_words(text: str) -> str:
+    """A context line the scanner cut at its byte cap loses its last, partial word: a secret cut there would no
+    longer look like one to the redactor (see redact.clip)."""
+    if len(text.encode("utf-8", "replace")) < CONTEXT_CUT:
+        return text
+    return text[: max(0, text.rfind(" "))] + " …"
 
 
 def _short_function(name: str) -> str:

@@ -180,10 +180,10 @@ def next_action(d: Diagnosis) -> str:
         ex = exception_section(d)
         assert ex is not None
         sur, root = ex["surfaced"], ex["root"]
-        what = f"{sur['type']}: {sur['message']}".rstrip(": ")[:200]
+        what = clip(f"{sur['type']}: {sur['message']}".rstrip(": "), 200)
         text = f"A failure that no rule explains yet: {what} ({sur['source']})"
         if root["source"] != sur["source"]:
-            text += f"; its root is {root['type']}: {root['message'][:160]} ({root['source']})"
+            text += f"; its root is {root['type']}: {clip(root['message'], 160)} ({root['source']})"
         if ex.get("raised_in"):
             text += f", raised in {ex['raised_in']}"
         if ex.get("user_frame"):
@@ -454,10 +454,12 @@ def to_text(report: dict[str, Any], markdown: bool = False) -> str:
     exc = report.get("exception")
     if exc and verdict != "no_failure":
         sur, root = exc["surfaced"], exc["root"]
-        lines.append(f"{bullet}exception: {code}{sur['source']}{code}: {sur['type']}: {sur['message'][:160]}")
+        lines.append(
+            f"{bullet}exception: {code}{sur['source']}{code}: {sur['type']}: {clip(sur['message'], 160)}"
+        )
         if root["source"] != sur["source"]:
             lines.append(
-                f"{bullet}   root: {code}{root['source']}{code}: {root['type']}: {root['message'][:160]}"
+                f"{bullet}   root: {code}{root['source']}{code}: {root['type']}: {clip(root['message'], 160)}"
             )
         if exc.get("raised_in"):
             lines.append(f"{bullet}   raised in: {exc['raised_in']}")
