@@ -232,7 +232,7 @@ def build_server(policy: Policy) -> Any:
     """The MCPServer with the tools and resources bound to ``policy``. Raises ImportError without the SDK."""
     import anyio
     from mcp.server.mcpserver import Context, MCPServer
-    from mcp.server.mcpserver.exceptions import ToolError
+    from mcp.server.mcpserver.exceptions import ResourceError, ToolError
     from mcp.server.mcpserver.resources import ResourceSecurity
     from pydantic import Field
 
@@ -270,7 +270,7 @@ def build_server(policy: Policy) -> Any:
         bundles: Paths,
         offline: Annotated[
             bool, Field(description="read only what was named; never probe the machine")
-        ] = True,
+        ] = False,
     ) -> dict[str, Any]:
         return await call(diagnose_report, policy, run_dirs, logs, kernel_logs, bundles, offline)
 
@@ -375,7 +375,11 @@ def build_server(policy: Policy) -> Any:
     async def report(run_dir: str) -> str:
         """The latest report of a run directory (diagnosed offline now, with the smokes recorded so far)."""
         path = "/" + run_dir.lstrip("/")
-        return json.dumps(await call(diagnose_report, policy, [path]), indent=2, ensure_ascii=False)
+        try:
+            data = await call(diagnose_report, policy, [path], offline=True)
+        except ToolError as e:  # a refusal reads as one, not as an unexpected error
+            raise ResourceError(str(e)) from None
+        return json.dumps(data, indent=2, ensure_ascii=False)
 
     return server
 

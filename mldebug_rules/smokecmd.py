@@ -527,7 +527,7 @@ def run_smoke(
         "classification": outcome,
         "why": why,
         "command": redact(shlex.join(argv)),
-        "program": program_of(argv),
+        "program": redact(program_of(argv)),  # `-c` code is the script, secrets and all
         "exit_code": ex.exit_code,
         "duration_s": ex.duration_s,
         "timeout_s": float(args.timeout),
