@@ -300,6 +300,19 @@ def _rank_lines(ranks: dict[str, Any] | None, bullet: str, code: str) -> list[st
     return [*out, ""]
 
 
+def outcome_lines(outcomes: Mapping[str, Any], indent: str) -> list[str]:
+    """What each outcome of a smoke's change would mean (the report and `smoke plan` say it alike)."""
+    lines = []
+    for name, o in outcomes.items():
+        bits = [f"confirms {', '.join(o['confirms'])}"] if o.get("confirms") else []
+        bits += [f"refutes {', '.join(o['refutes'])}"] if o.get("refutes") else []
+        if name == "timed_out":
+            bits = ["decides nothing"]
+        meaning = f" - {o['meaning']}" if o.get("meaning") not in (None, "", "inconclusive") else ""
+        lines.append(f"{indent}if the change {name}: {'; '.join(bits) or 'inconclusive'}{meaning}")
+    return lines
+
+
 def pair_lines(p: Mapping[str, Any], indent: str, first: str | None = None) -> list[str]:
     """A pair in text: both commands, the argv difference, both outcomes, and what it decided. ``first``
     prefixes the first line instead of ``indent`` (a markdown bullet)."""
@@ -389,15 +402,7 @@ def to_text(report: dict[str, Any], markdown: bool = False) -> str:
             f"{bullet}   as a pair: the unchanged command with --baseline (it must reproduce the failure), "
             "then the one-variable change"
         )
-        for name, o in s.get("outcomes", {}).items():
-            bits = []
-            if o.get("confirms"):
-                bits.append("confirms " + ", ".join(o["confirms"]))
-            if o.get("refutes"):
-                bits.append("refutes " + ", ".join(o["refutes"]))
-            lines.append(
-                f"{bullet}   if {name}: {'; '.join(bits) or 'inconclusive'}{' - ' + o['meaning'] if o.get('meaning') else ''}"
-            )
+        lines += outcome_lines(s.get("outcomes", {}), f"{bullet}   ")
     else:
         lines.append(f"{bullet}none needed" if verdict != "uncertain" else f"{bullet}no smoke proposed")
     lines.append("")

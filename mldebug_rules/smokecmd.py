@@ -33,7 +33,7 @@ from .engine.packs import KnowledgeBase, known_hypotheses
 from .engine.rank import Hypothesis, rank
 from .errors import UsageError
 from .redact import redact
-from .report import pair_lines
+from .report import outcome_lines, pair_lines
 from .smoke_controls import controls_table, parse_control
 from .smoke_exec import Execution, classify, failure_signatures, run_command, signature_scanner, tail_lines
 from .smoke_recipe import (
@@ -408,13 +408,7 @@ def _plan_text(p: Mapping[str, Any]) -> str:
             lines.append(f"  no smoke declared in the packs; run your own pair with smoke run{hint}")
         for s in h["smokes"]:
             lines.append(f"  smoke {s['id']}: {s['description']}")
-            for name, o in s["outcomes"].items():
-                bits = [f"confirms {', '.join(o['confirms'])}"] if o.get("confirms") else []
-                bits += [f"refutes {', '.join(o['refutes'])}"] if o.get("refutes") else []
-                if name == "timed_out":
-                    bits = ["decides nothing"]
-                meaning = f" - {o['meaning']}" if o.get("meaning") not in (None, "", "inconclusive") else ""
-                lines.append(f"    if the change {name}: {'; '.join(bits) or 'inconclusive'}{meaning}")
+            lines += outcome_lines(s["outcomes"], "    ")
             if s.get("changes"):
                 lines.append(f"    recipe applied ({s['framework']}): {'; '.join(s['changes'])}")
             if s.get("needs_code_change"):
