@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 import struct
 from pathlib import Path
 
@@ -94,6 +95,10 @@ def probe_checkpoints(ctx: Context) -> ProbeOutput:
                 st = os.stat(p)
             except OSError as e:
                 out.detail += f"{files.rel(p)}: {e.strerror}; "
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                # A FIFO would block the read until its deadline, a device never ends: not a checkpoint.
+                out.detail += f"{files.rel(p)}: not a regular file, not read; "
                 continue
             with open(p, "rb") as f:
                 head = f.read(16)

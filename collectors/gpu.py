@@ -402,6 +402,11 @@ def probe_gpu(ctx: Context) -> ProbeOutput:
             except FactError:
                 continue
         return out
+    if smi_status == "unavailable" and status != "ok":
+        # Neither NVML nor nvidia-smi could be asked: this machine cannot tell whether it has a GPU. Say so
+        # plainly, and leave no fact: a probe that could not run is evidence of nothing (a silent trainer is
+        # not "hung on a missing GPU" because nvidia-smi is not installed).
+        raise ProbeUnavailable(f"no GPU found (no NVML, no nvidia-smi): {out.detail}")
     if smi_status in ("absent", "unavailable") or (smi_status == "ok" and not rows):
         # No driver, no nvidia-smi, no device: the machine has no usable NVIDIA GPU. That is a finding.
         out.facts.append(reg.make("gpu.state", {"present": False}, probe="gpu", host=host, text=out.detail))

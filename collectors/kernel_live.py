@@ -103,6 +103,42 @@ def _empty(text: str) -> bool:
     return not text.strip() or text.strip().endswith("-- No entries --")
 
 
+# A kernel event this long before the run's oldest live process started cannot be about the run.
+WINDOW_SLACK_S = 5.0
+
+
+def run_window(ctx: Context) -> tuple[float | None, set[int]]:
+    """(start time, pids) of the run's live processes: kernel events belong to the run when they name one of
+    its processes or fall after its start. (None, {}) when no process of the run is alive: then nothing
+    bounds the window, and every event is kept."""
+    if not ctx.run_dirs:
+        return None, set()
+    recorded = ctx.options.get("recorded", {})
+    try:
+        from .processes import analyse, live_snapshot
+
+        snapshot = recorded.get("processes")
+        if snapshot is None:
+            snapshot = live_snapshot()
+    except ImportError:
+        return None, set()
+    import os
+
+    roots = [os.path.realpath(r) for r in ctx.run_dirs]
+    found = analyse(snapshot, roots, [], ctx.now)
+    run = [f.attrs for f in found.processes if f.attrs["in_run_dir"]]
+    starts = [ctx.now - a["age_s"] for a in run if a.get("age_s", -1) >= 0]
+    return (min(starts) if starts else None), {int(a["pid"]) for a in run}
+
+
+def _belongs_to_run(attrs: dict[str, Any], ts: float | None, start: float | None, pids: set[int]) -> bool:
+    if start is None or ts is None:
+        return True
+    if int(attrs.get("pid", -1)) in pids:
+        return True
+    return ts >= start - WINDOW_SLACK_S
+
+
 def probe_kernel_live(ctx: Context) -> ProbeOutput:
     recorded = ctx.options.get("recorded", {})
     run = runner_of(ctx)
@@ -111,6 +147,8 @@ def probe_kernel_live(ctx: Context) -> ProbeOutput:
     timed_out = False
     out = ProbeOutput("kernel")
     host = hostname()
+    start, pids = run_window(ctx)
+    context: list[str] = []
     for src in SOURCES:
         res = _fetch(src, recorded, timeout_s, run)
         if res.status == "timeout":
@@ -123,6 +161,9 @@ def probe_kernel_live(ctx: Context) -> ProbeOutput:
             continue
         bt = boot_time() if src.label == "dmesg" and "dmesg" not in recorded else recorded.get("boot_time")
         for no, kind, attrs, ts, text in parse_output(res.stdout, bt):
+            if not _belongs_to_run(attrs, ts, start, pids):
+                context.append(f"{src.label}:{no}: {text.strip()[:200]}")
+                continue
             try:
                 out.facts.append(
                     ctx.registry.make(
@@ -132,6 +173,13 @@ def probe_kernel_live(ctx: Context) -> ProbeOutput:
             except FactError:
                 continue
         notes.insert(0, f"read {src.label}: {len(out.facts)} event(s)")
+        if context:
+            # Shown, not used: an event before the run started is about some other process.
+            notes.insert(
+                1,
+                f"{len(context)} older event(s) before this run's processes started, context only "
+                f"(the last: {context[-1]})",
+            )
         break
     else:
         if not timed_out:

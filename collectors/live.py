@@ -15,6 +15,7 @@ from .environment import probe_environment
 from .gpu import probe_gpu
 from .kernel_live import probe_kernel_live
 from .processes import probe_processes
+from .stacks import INTERVAL_S, probe_stacks
 
 
 def _not_for_bundles(func: Callable[[Context], ProbeOutput]) -> Callable[[Context], ProbeOutput]:
@@ -46,5 +47,12 @@ def live_probes() -> list[ProbeSpec]:
         ProbeSpec("disks", _not_for_bundles(probe_disks), deadline_s=probe_deadline(1) + 1.0, live_only=True),
         ProbeSpec(
             "environment", _not_for_bundles(probe_environment), deadline_s=probe_deadline(1), live_only=True
+        ),
+        # Two py-spy dumps per process (run side by side) with the sampling interval between them.
+        ProbeSpec(
+            "stacks",
+            _not_for_bundles(probe_stacks),
+            deadline_s=probe_deadline(2) + INTERVAL_S + 1.0,
+            live_only=True,
         ),
     ]

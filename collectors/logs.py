@@ -40,6 +40,14 @@ _STEP_TIME = (
 )
 _STEP_TIME_RE = re.compile(_STEP_TIME, re.I)
 STEP_SERIES_KEPT = 64  # step-time points per rank kept from a file's tail
+# The last line of a Python traceback (the exception raised), with an optional rank prefix. Kept per rank,
+# so that the report cites each rank's own exception, not only the launcher's "exitcode: 1" about it.
+_EXCEPTION = (
+    r"^(?:\[(?:[Rr]ank ?)?\d+\]:\s*|\[default\d+\]:\s*)?(?:[A-Za-z_]\w*\.)*"
+    r"[A-Z]\w*(?:Error|Exception|Interrupt|Exit|Failure)(?::.*)?$"
+)
+_EXCEPTION_RE = re.compile(_EXCEPTION)
+EXCEPTIONS_KEPT = 16  # per file, at each end
 
 
 @dataclass
@@ -85,6 +93,10 @@ class _Plan:
                 self.meta.append(("progress", prog))
             patterns.append(Pattern("__step_time__", _STEP_TIME, True, "last", 1))
             self.meta.append(("step_time", None))
+            patterns.append(Pattern("__traceback__", re.escape(_TRACEBACK), False, "all", 500))
+            self.meta.append(("traceback", None))
+            patterns.append(Pattern("__exception__", _EXCEPTION, False, "all", 500))
+            self.meta.append(("exception", None))
         # Pack patterns were compiled and checked when the packs loaded (engine/packs.py).
         self.scanner = Scanner(patterns, tail_lines=TAIL_LINES, trusted=True)
 
@@ -131,6 +143,8 @@ def _file_facts(ctx: Context, src: LogSource, res: ScanResult, plan: _Plan) -> l
         if what == "step_time":
             facts += _step_time_facts(ctx, src, hits[-1], res, file_rank, file_host, clock)
             continue
+        if what in ("traceback", "exception"):
+            continue  # read together below: an exception line counts after its rank's traceback
         kept = hits if len(hits) <= 2 * HITS_KEPT else hits[:HITS_KEPT] + hits[-HITS_KEPT:]
         for h in kept:
             rank = lineinfo.rank_of_line(h.text, file_rank)
@@ -196,10 +210,41 @@ def _file_facts(ctx: Context, src: LogSource, res: ScanResult, plan: _Plan) -> l
                 text=res.tail[-1][1][:2000],
                 rank=file_rank,
                 host=file_host,
-                extra={"scrollback": [[n, t[:500]] for n, t in res.tail[-SCROLLBACK_SHOWN:]]},
+                extra={
+                    "scrollback": [[n, t[:500]] for n, t in res.tail[-SCROLLBACK_SHOWN:]],
+                    **_exceptions(res, plan, file_rank),
+                },
             )
         )
     return facts
+
+
+def _exceptions(res: ScanResult, plan: _Plan, file_rank: int | None) -> dict[str, Any]:
+    """``{"exceptions": [[line, rank, text], ...]}``: the exception lines that end a traceback of the same
+    rank (the scanner's hits, and the tail), the first and last few of each file; {} when there are none."""
+    kinds = {i: what for i, (what, _) in enumerate(plan.meta) if what in ("traceback", "exception")}
+    lines: dict[int, tuple[str, str]] = {}
+    for h in res.hits:
+        if h.pattern in kinds:
+            lines[h.line_no] = (kinds[h.pattern], h.text)
+    for no, text in res.tail:
+        if _TRACEBACK in text:
+            lines[no] = ("traceback", text)
+        elif _EXCEPTION_RE.search(text):
+            lines[no] = ("exception", text)
+    open_tb: set[int | None] = set()
+    out: list[list[Any]] = []
+    for no in sorted(lines):
+        what, text = lines[no]
+        rank = lineinfo.rank_of_line(text, file_rank)
+        if what == "traceback":
+            open_tb.add(rank)
+        elif rank in open_tb:
+            open_tb.discard(rank)
+            out.append([no, rank, text[:500]])
+    if len(out) > 2 * EXCEPTIONS_KEPT:
+        out = out[:EXCEPTIONS_KEPT] + out[-EXCEPTIONS_KEPT:]
+    return {"exceptions": out} if out else {}
 
 
 def _clock(src: LogSource, res: ScanResult) -> lineinfo.FileClock:

@@ -78,7 +78,7 @@ _TEXT_BYTES = 4 * TEXT_CHARS  # a UTF-8 char is at most 4 bytes: decoding this m
 # and big buffers cost page faults on every allocation), while per-chunk Python overhead is still negligible.
 DEFAULT_CHUNK_SIZE = 1 << 20
 BINARY_PROBE = 64 << 10  # binary detection looks at the first 64 KiB of (decompressed) content
-PROGRESS_MIN_BYTES = 256 << 20  # only files larger than this get a progress display (and only on a TTY)
+PROGRESS_MIN_BYTES = 64 << 20  # only scans larger than this get a progress bar (and only on a TTY)
 OFFLOAD_MIN_BYTES = 64 << 20  # scan_paths gives even a single file this big its own process
 INLINE_MAX_BYTES = 16 << 20  # ...and scans files totalling less than this in-process, one after the other
 LAST_WINDOW = 16 << 10  # keep="last" patterns are first looked for in a segment's last 16 KiB
@@ -861,7 +861,7 @@ class Scanner:
 
     engine: "auto" (hyperscan when importable, else pure Python), "python", or "hyperscan" (required).
     chunk_size: bytes read per step (tests use tiny values to force chunk boundaries everywhere).
-    progress: allow the TTY progress display (files > 256 MiB, stderr a TTY); scan_paths' workers disable it.
+    progress: allow the TTY progress bar (files > PROGRESS_MIN_BYTES, stderr a TTY); scan_paths' workers disable it.
     """
 
     def __init__(
@@ -1204,26 +1204,55 @@ def _stderr_is_tty() -> bool:
 
 
 class _Progress:
-    """One self-overwriting stderr line, refreshed at most twice a second."""
+    """A progress bar on stderr (rich; a plain self-overwriting line without it), refreshed at most twice a
+    second and erased when done. Only ever built when stderr is a TTY."""
 
     def __init__(self, path: str, size: int) -> None:
         self.path = os.path.basename(path)
         self.size = size
         self.next = 0.0
         self.shown = False
+        self.bar: Any = None
+        try:
+            from rich.console import Console
+            from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
+            self.bar = Progress(
+                TextColumn("reading {task.description}"),
+                BarColumn(),
+                DownloadColumn(binary_units=True),
+                TimeRemainingColumn(),
+                console=Console(file=sys.stderr, force_terminal=True),
+                transient=True,
+                auto_refresh=False,  # no refresh thread: update() refreshes, twice a second at most
+                redirect_stdout=False,  # the scan runs beside other probes: never touch sys.stdout
+                redirect_stderr=False,
+            )
+            self.task = self.bar.add_task(self.path, total=size)
+        except ImportError:
+            self.bar = None
 
     def update(self, pos: int) -> None:
         now = time.monotonic()
         if now < self.next:
             return
         self.next = now + 0.5
-        pct = 100.0 * pos / self.size if self.size else 0.0
-        sys.stderr.write(f"\rlogscan {self.path}: {pct:5.1f}% ({pos >> 20}/{self.size >> 20} MiB)")
-        sys.stderr.flush()
+        if self.bar is not None:
+            if not self.shown:
+                self.bar.start()
+            self.bar.update(self.task, completed=pos, refresh=True)
+        else:
+            pct = 100.0 * pos / self.size if self.size else 0.0
+            sys.stderr.write(f"\rlogscan {self.path}: {pct:5.1f}% ({pos >> 20}/{self.size >> 20} MiB)")
+            sys.stderr.flush()
         self.shown = True
 
     def close(self) -> None:
-        if self.shown:
+        if not self.shown:
+            return
+        if self.bar is not None:
+            self.bar.stop()
+        else:
             sys.stderr.write("\r\x1b[K")
             sys.stderr.flush()
 
@@ -1294,8 +1323,20 @@ def scan_paths(scanner: Scanner, paths: Sequence[str], jobs: int | None = None) 
             initargs=(dict(scanner.__getstate__(), progress=scanner.progress and workers == 1),),
         ) as pool:
             futures = {pool.submit(_worker_scan, spaths[i]): i for i in order}
+            # Several workers: one bar here over all the bytes, advanced as each file completes.
+            bar = (
+                _Progress(f"{len(spaths)} files", total)
+                if scanner.progress and workers > 1 and total > PROGRESS_MIN_BYTES and _stderr_is_tty()
+                else None
+            )
+            done = 0
             for fut in concurrent.futures.as_completed(futures):
                 results[futures[fut]] = fut.result()
+                done += sizes[futures[fut]]
+                if bar is not None:
+                    bar.update(done)
+            if bar is not None:
+                bar.close()
     except (OSError, AssertionError, concurrent.futures.process.BrokenProcessPool):
         # AssertionError: multiprocessing refuses children of daemonic processes.
         with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as tpool:

@@ -125,16 +125,26 @@ def _under(path: str, roots: Sequence[str]) -> bool:
     return any(path == r or path.startswith(r.rstrip(os.sep) + os.sep) for r in roots)
 
 
+_FILE_ARG = re.compile(r"/|\.[A-Za-z][\w-]{0,9}$")  # a path, or a name with a file extension (train.py)
+
+
 def _belongs(entry: Mapping[str, Any], roots: Sequence[str]) -> bool:
+    """A process belongs to the run by what it runs and what it holds open: a file open under the run
+    directory, or an argument naming a file there (``train.py`` resolved against its working directory,
+    ``--output_dir /runs/r7``). A working directory alone is not enough: any interpreter started from the
+    run directory (a notebook kernel, ``python -m http.server``) would count as a trainer."""
     cwd = str(entry.get("cwd") or "")
-    if cwd and _under(os.path.normpath(cwd), roots):
-        return True
     for path, _mode in entry.get("open_files") or []:
         if _under(os.path.normpath(path), roots):
             return True
-    for arg in (entry.get("cmdline") or [])[1:]:
+    args = (entry.get("cmdline") or [])[1:]
+    for i, arg in enumerate(args):
+        if i > 0 and args[i - 1] == "-m":
+            continue  # a module name, not a file
         value = arg.split("=", 1)[1] if arg.startswith("-") and "=" in arg else arg
-        if not value or value.startswith("-") or ("/" not in value and not cwd):
+        if not value or value.startswith("-") or not _FILE_ARG.search(value):
+            continue
+        if not os.path.isabs(value) and not cwd:
             continue
         full = value if os.path.isabs(value) else os.path.join(cwd, value)
         if _under(os.path.normpath(full), roots):

@@ -16,6 +16,7 @@ Derived facts: ``rank.first_failure``, ``rank.straggler`` (outliers of each rank
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -331,6 +332,63 @@ def stalled_facts(facts: Sequence[Fact], reg: FactRegistry, skew_s: float = SKEW
     return out
 
 
+_RANK_PREFIX = re.compile(r"^(?:\[(?:[Rr]ank ?)?\d+\]:\s*|\[default\d+\]:\s*)")
+
+
+def _own_exceptions(facts: Sequence[Fact]) -> dict[int, list[tuple[Fact, int, str]]]:
+    """rank -> (log.tail fact, line, text) of each exception line that ends one of that rank's tracebacks,
+    as the logs probe kept them (``log.tail`` extra ``exceptions``), in file order."""
+    out: dict[int, list[tuple[Fact, int, str]]] = {}
+    for f in facts:
+        if f.kind != "log.tail" or not isinstance(f.extra, dict):
+            continue
+        for item in f.extra.get("exceptions") or []:
+            if not (isinstance(item, (list, tuple)) and len(item) == 3):
+                continue
+            line, rank, text = item
+            rank = rank if isinstance(rank, int) and not isinstance(rank, bool) else f.rank
+            if rank is None or rank < 0 or not isinstance(line, int) or not isinstance(text, str):
+                continue
+            out.setdefault(rank, []).append((f, line, text))
+    return out
+
+
+def exception_type(text: str) -> str:
+    """The exception's type as printed: ``"[rank1]: KeyError: 'x'"`` -> ``KeyError``."""
+    return _RANK_PREFIX.sub("", text.strip()).split(":", 1)[0].strip()[:200]
+
+
+def exception_facts(tl: Timeline, facts: Sequence[Fact], reg: FactRegistry) -> list[Fact]:
+    """``rank.exception``: for each rank on the timeline that failed, the exception it raised itself (the
+    last line of its own last traceback), so that the report cites the root rank's ``KeyError`` and not only
+    the launcher's "exitcode: 1" about it."""
+    own = _own_exceptions(facts)
+    out: list[Fact] = []
+    seen: set[int] = set()
+    events = [e for e in [tl.first, *tl.cascades, *tl.others] if e is not None and e.rank >= 0]
+    for e in events[:MAX_LISTED]:
+        if e.rank in seen or e.rank not in own:
+            continue
+        seen.add(e.rank)
+        same_host = [x for x in own[e.rank] if not e.host or not x[0].host or x[0].host == e.host]
+        if not same_host:
+            continue
+        f, line, text = same_host[-1]
+        out += _make(
+            reg,
+            "rank.exception",
+            # `first`: the first failing rank's exception, where no root signature already names its failure
+            # (with one, the root signature's own hypothesis carries the diagnosis).
+            {"type": exception_type(text), "first": e is tl.first and e.role != "root"},
+            file=f.file or "",
+            line=line,
+            text=text[:2000],
+            rank=e.rank,
+            host=f.host or e.host,
+        )
+    return out
+
+
 def rank_facts(facts: Sequence[Fact], reg: FactRegistry) -> list[Fact]:
     """Every cross-rank fact derived from the probes' facts."""
     out: list[Fact] = cross_rank(facts, reg)  # Flight Recorder: missing dumps, ranks that never joined
@@ -338,6 +396,7 @@ def rank_facts(facts: Sequence[Fact], reg: FactRegistry) -> list[Fact]:
     tl = build_timeline(facts)
     if tl is not None:
         out += first_failure_facts(tl, reg)
+        out += exception_facts(tl, facts, reg)
     out += straggler_facts(facts, reg)
     out += stalled_facts(facts, reg)
     return out
@@ -351,12 +410,20 @@ def report_section(facts: Sequence[Fact]) -> dict[str, Any] | None:
     first = tl.first
     first_ts = first.ts if first else None
     section: dict[str, Any] = {"count": len(tl.ranks), "hosts": tl.hosts[:MAX_LISTED]}
-    section["first_failure"] = first.as_dict() if first else None
-    section["cascades"] = [e.as_dict(first_ts) for e in tl.cascades[:MAX_LISTED]]
+    raised = {f.rank: f for f in facts if f.kind == "rank.exception"}
+
+    def with_exception(d: dict[str, Any]) -> dict[str, Any]:
+        x = raised.get(d["rank"])
+        if x is not None:  # the rank's own exception, beside the line that put it on the timeline
+            d["exception"] = {"source": x.source, "type": x.attrs["type"], "text": (x.text or "")[:300]}
+        return d
+
+    section["first_failure"] = with_exception(first.as_dict()) if first else None
+    section["cascades"] = [with_exception(e.as_dict(first_ts)) for e in tl.cascades[:MAX_LISTED]]
     if len(tl.cascades) > MAX_LISTED:
         section["cascades_omitted"] = len(tl.cascades) - MAX_LISTED
     if tl.others:
-        section["other_failures"] = [e.as_dict(first_ts) for e in tl.others[:MAX_LISTED]]
+        section["other_failures"] = [with_exception(e.as_dict(first_ts)) for e in tl.others[:MAX_LISTED]]
     if tl.silent:
         section["silent"] = tl.silent[:MAX_LISTED]
     strag = [f for f in facts if f.kind == "rank.straggler"]

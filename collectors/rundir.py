@@ -13,12 +13,16 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .own_outputs import is_own_output
+
 MAX_DEPTH = 6
 MAX_FILES = 20000
 SKIP_DIRS = {".git", ".mldebug", "__pycache__", ".hg", ".svn", "node_modules", ".venv", "venv"}
 _COMPRESSED = (".gz", ".zst")
 _CHECKPOINT_SUFFIXES = (".pt", ".pth", ".ckpt", ".bin", ".safetensors")
 _LOG_SUFFIXES = (".log", ".out", ".err", ".txt")
+# Roles whose files a redirected report or a renamed bundle could land in (read as text by the probes).
+_SNIFFED_ROLES = ("train", "scheduler", "kernel", "gpu")
 
 
 def _strip_compression(name: str) -> str:
@@ -61,6 +65,7 @@ class RunFiles:
     by_role: dict[str, list[Path]] = field(default_factory=dict)
     checkpoint_dirs: list[Path] = field(default_factory=list)
     issues: list[str] = field(default_factory=list)
+    own_outputs: list[tuple[Path, str]] = field(default_factory=list)  # what mldebug-rules wrote: never read
 
     def files(self, role: str) -> list[Path]:
         return self.by_role.get(role, [])
@@ -95,6 +100,11 @@ def find_run_files(root: Path, max_depth: int = MAX_DEPTH) -> RunFiles:
             role = classify(name)
             if role is None:
                 continue
+            if role in _SNIFFED_ROLES:
+                own = is_own_output(here / name)  # `diagnose RUN > RUN/diagnosis.txt` is not evidence
+                if own:
+                    out.own_outputs.append((here / name, own))
+                    continue
             count += 1
             if count > MAX_FILES:
                 out.issues.append(f"more than {MAX_FILES} files; the rest are not read")

@@ -4,6 +4,8 @@
 - A hypothesis resting only on cascade evidence (watchdog timeouts, "worker exited unexpectedly") is a
   consequence: when a root hypothesis exists it is discounted and listed as explained by that root.
 - A firing may name hypotheses it ``explains``; those are capped below it.
+- A rule may derive ``ruled_out`` facts: a hypothesis ruled out that way is not listed (a process that is
+  still printing is not hung, however long another of its logs has been silent).
 - Ties break on the id, so the order is deterministic.
 """
 
@@ -50,9 +52,11 @@ def _evidence_order(f: Fact) -> tuple[object, ...]:
 
 
 def rank(kb: KnowledgeBase, firings: Sequence[Firing], facts: Mapping[str, Fact]) -> list[Hypothesis]:
+    ruled_out = {str(f.attrs.get("hyp")) for f in facts.values() if f.kind == "ruled_out"}
     by_hyp: dict[str, list[Firing]] = defaultdict(list)
     for f in firings:
-        by_hyp[f.hypothesis].append(f)
+        if f.hypothesis not in ruled_out:
+            by_hyp[f.hypothesis].append(f)
     hyps: dict[str, Hypothesis] = {}
     for hid, fs in by_hyp.items():
         per_rule: dict[str, float] = {}

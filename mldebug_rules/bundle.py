@@ -67,6 +67,11 @@ def build_bundle(
         "facts": [f.to_json() for f in facts],
         "scrollback": sorted(scrollback, key=lambda s: s["file"])[:SCROLLBACK_FILES],
     }
+    # The raw stacks the stacks probe read (py-spy JSON and /proc, per process and sample): what a person
+    # reads when the classification is in doubt, and what `stacks.analyse` replays.
+    stacks = next((o.payload["stacks"] for o in outputs if o.payload.get("stacks")), None)
+    if stacks is not None:
+        doc["stacks"] = stacks
     return redact_obj(doc)
 
 

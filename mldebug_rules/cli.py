@@ -33,23 +33,72 @@ def _params(values: Sequence[str]) -> dict[str, str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="mldebug-rules", description="Why is this training run failing? Evidence first.")
+    p = _Parser(
+        prog="mldebug-rules",
+        description="Why is this training run failing? Evidence first.",
+        epilog="typical use:\n"
+        "  mldebug-rules diagnose RUN_DIR\n"
+        "  mldebug-rules smoke plan RUN_DIR\n"
+        "  mldebug-rules smoke run RUN_DIR --hypothesis ID -- COMMAND [ARG...]\n"
+        "  mldebug-rules gate RUN_DIR --claim ID\n"
+        "exit status: 0 done, 2 bad usage or unusable input, 1 internal error. See docs/cli.md.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--version", action="version", version=f"mldebug-rules {__version__}")
     sub = p.add_subparsers(dest="command", parser_class=_Parser)
 
-    d = sub.add_parser("diagnose", help="diagnose run directories, logs and bundles")
-    d.add_argument("run_dirs", nargs="*", metavar="RUN_DIR")
-    d.add_argument("--log", action="append", default=[], metavar="FILE")
-    d.add_argument("--kernel-log", action="append", default=[], metavar="FILE")
-    d.add_argument("--bundle", action="append", default=[], metavar="FILE")
-    d.add_argument("--rules", action="append", default=[], metavar="DIR")
+    d = sub.add_parser(
+        "diagnose",
+        help="diagnose run directories, logs and bundles",
+        description="Probe the run, rank hypotheses with their evidence, and name the smoke that settles them. "
+        "Exit 0 when a report was produced (whatever its verdict), 2 for bad usage or unusable input, 1 for "
+        "an internal error. See docs/cli.md.",
+    )
+    d.add_argument(
+        "run_dirs",
+        nargs="*",
+        metavar="RUN_DIR",
+        help="a training run's directory (its files are found by name; see docs/cli.md)",
+    )
+    d.add_argument(
+        "--log", action="append", default=[], metavar="FILE", help="a training log to read (repeatable)"
+    )
+    d.add_argument(
+        "--kernel-log",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a kernel log: dmesg, journalctl -k or kern.log output (repeatable)",
+    )
+    d.add_argument(
+        "--bundle",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a bundle written by `collect`; a quoted glob ('node*.mldebug.json') or several files",
+    )
+    d.add_argument(
+        "--rules", action="append", default=[], metavar="DIR", help="an extra rule pack (repeatable)"
+    )
     d.add_argument("--offline", action="store_true", help="read only what was named; never probe the machine")
-    d.add_argument("--format", choices=["text", "markdown", "json"], default="text")
-    d.add_argument("--out", metavar="FILE")
+    d.add_argument(
+        "--format", choices=["text", "markdown", "json"], default="text", help="the report's format (text)"
+    )
+    d.add_argument("--out", metavar="FILE", help="write the report to FILE instead of standard output")
+    d.add_argument(
+        "--no-wrap",
+        action="store_true",
+        help="text: keep every line whole (no wrapping to the terminal's width)",
+    )
     d.add_argument(
         "--param", action="append", default=[], metavar="NAME=VALUE", help="override a pack parameter"
     )
-    d.add_argument("--engine", choices=["auto", "durable", "python"], default=None)
+    d.add_argument(
+        "--engine",
+        choices=["auto", "durable", "python"],
+        default=None,
+        help="the rule engine (auto: durable-rules when it loads, else the built-in one)",
+    )
     d.add_argument(
         "--strict", action="store_true", help="a broken third-party pack is an error, not a warning"
     )
@@ -57,45 +106,79 @@ def build_parser() -> argparse.ArgumentParser:
         "--plot", metavar="FILE.png", help="draw the curves behind the hypotheses (needs matplotlib)"
     )
 
-    r = sub.add_parser("rules", help="list, lint and test rule packs")
-    r.add_argument("action", choices=["list", "lint", "test", "new"])
-    r.add_argument("packs", nargs="*", metavar="PACK_DIR")
-    r.add_argument("--strict", action="store_true")
-    r.add_argument("--engine", choices=["auto", "durable", "python"], default=None)
+    r = sub.add_parser(
+        "rules",
+        help="list, lint, test and scaffold rule packs",
+        usage="mldebug-rules rules list|lint|test [PACK_DIR ...] [options]\n"
+        "       mldebug-rules rules new NAME",
+    )
+    r.add_argument(
+        "action",
+        choices=["list", "lint", "test", "new"],
+        help="list, lint or test packs; new NAME writes a pack skeleton in the folder NAME",
+    )
+    r.add_argument(
+        "packs",
+        nargs="*",
+        metavar="PACK_DIR|NAME",
+        help="list/lint/test: pack folders (default: the installed packs); new: the new pack's folder",
+    )
+    r.add_argument("--strict", action="store_true", help="a pack that fails to load is an error")
+    r.add_argument(
+        "--engine",
+        choices=["auto", "durable", "python"],
+        default=None,
+        help="test: the rule engine the cases run on",
+    )
 
     add_smoke_commands(sub)  # smoke plan|run|record and gate
 
     c = sub.add_parser("collect", help="record the probes' facts into a replayable bundle")
-    c.add_argument("run_dirs", nargs="*", metavar="RUN_DIR")
-    c.add_argument("--out", required=True, metavar="BUNDLE")
-    c.add_argument("--offline", action="store_true")
-    c.add_argument("--log", action="append", default=[], metavar="FILE")
-    c.add_argument("--kernel-log", action="append", default=[], metavar="FILE")
-    c.add_argument("--rules", action="append", default=[], metavar="DIR")
+    c.add_argument("run_dirs", nargs="*", metavar="RUN_DIR", help="a training run's directory")
+    c.add_argument("--out", required=True, metavar="BUNDLE", help="the bundle to write (X.mldebug.json)")
+    c.add_argument("--offline", action="store_true", help="read only what was named; never probe the machine")
+    c.add_argument("--log", action="append", default=[], metavar="FILE", help="a training log (repeatable)")
+    c.add_argument(
+        "--kernel-log", action="append", default=[], metavar="FILE", help="a kernel log (repeatable)"
+    )
+    c.add_argument("--rules", action="append", default=[], metavar="DIR", help="an extra rule pack")
 
     e = sub.add_parser("eval", help="top-1/top-3 accuracy over labelled cases")
-    e.add_argument("cases_dir", metavar="CASES_DIR")
-    e.add_argument("labels_dir", metavar="LABELS_DIR", nargs="?")
-    e.add_argument("--rules", action="append", default=[], metavar="DIR")
-    e.add_argument("--format", choices=["text", "json"], default="text")
+    e.add_argument("cases_dir", metavar="CASES_DIR", help="a folder of cases (run directories)")
+    e.add_argument(
+        "labels_dir",
+        metavar="LABELS_DIR",
+        nargs="?",
+        help="their labels (default: each case's expected.yaml)",
+    )
+    e.add_argument("--rules", action="append", default=[], metavar="DIR", help="an extra rule pack")
+    e.add_argument("--format", choices=["text", "json"], default="text", help="the summary's format")
 
     m = sub.add_parser(
         "mcp", help="serve the tools to coding agents over MCP (stdio; needs the [agent] extra)"
     )
     m.add_argument("--root", action="append", default=[], metavar="DIR", help="allowed run dirs (default: .)")
     m.add_argument("--allow-run", action="store_true", help="let smoke_run run the commands it is given")
-    m.add_argument("--progress-every", type=float, default=5.0, metavar="S", help=argparse.SUPPRESS)
+    m.add_argument(
+        "--progress-every",
+        type=float,
+        default=5.0,
+        metavar="S",
+        help="seconds between smoke_run progress reports",
+    )
     return p
 
 
 def _request(args: argparse.Namespace) -> Any:
     from .diagnose import Request
+    from .inputs import expand_paths
 
+    run_dirs, bundles = expand_paths(args.run_dirs, getattr(args, "bundle", []))  # globs, several bundles
     return Request(
-        run_dirs=[Path(x) for x in args.run_dirs],
+        run_dirs=run_dirs,
         logs=[Path(x) for x in getattr(args, "log", [])],
         kernel_logs=[Path(x) for x in getattr(args, "kernel_log", [])],
-        bundles=[Path(x) for x in getattr(args, "bundle", [])],
+        bundles=bundles,
         rules_dirs=[Path(x) for x in args.rules],
         offline=bool(getattr(args, "offline", False)),
         params=_params(getattr(args, "param", [])),
@@ -121,6 +204,16 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
         text = rep.to_json(data)
     else:
         text = rep.to_text(data, markdown=args.format == "markdown")
+        if args.format == "text":
+            from .render import render, terminal_width, use_color
+
+            # A terminal gets colour (unless NO_COLOR) and lines wrapped to its width; a file or a pipe gets
+            # the same words with every line whole (grep, scripts, agents), as `--no-wrap` does on a terminal.
+            tty = not args.out and use_color(sys.stdout, {})
+            wrap = tty and not getattr(args, "no_wrap", False)
+            text = render(
+                text, color=tty and use_color(sys.stdout), width=terminal_width(sys.stdout), wrap=wrap
+            )
     _emit(text, args.out)
     return 0
 
@@ -137,7 +230,9 @@ def _emit(text: str, out: str | None) -> None:
 
 def cmd_rules(args: argparse.Namespace) -> int:
     from . import rulescmd
+    from .diagnose import check_engine
 
+    check_engine(getattr(args, "engine", None))  # durable-rules that cannot load here: bad usage, exit 2
     return rulescmd.main(args)
 
 

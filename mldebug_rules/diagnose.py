@@ -57,6 +57,7 @@ class Diagnosis:
     evidence_seen: bool
     scanner: str
     unexplained: list[Fact] = field(default_factory=list)
+    inputs: list[Any] = field(default_factory=list)  # inputs.InputNote: what was not read, and why
 
 
 def check_inputs(req: Request) -> None:
@@ -76,6 +77,23 @@ def check_inputs(req: Request) -> None:
                 raise UsageError(f"{flag} {p}: is a directory")
     if not (req.run_dirs or req.logs or req.kernel_logs or req.bundles) and req.offline:
         raise UsageError("nothing to diagnose: give a RUN_DIR, --log, --kernel-log or --bundle")
+
+
+def check_engine(engine: str | None) -> None:
+    """`--engine durable` where durable-rules cannot load (Python 3.13, no wheel) is bad usage, not an
+    internal error: say which engine can run."""
+    want = (engine or os.environ.get("MLDEBUG_ENGINE") or "auto").lower()
+    if want not in ("durable", "durable-rules"):
+        return
+    from .engine import backend_durable
+
+    ok, why = backend_durable.available()
+    if not ok:
+        origin = "--engine durable" if engine else f"MLDEBUG_ENGINE={want}"
+        raise UsageError(
+            f"{origin}: durable-rules cannot be used with this Python ({why.splitlines()[0][:160]}); "
+            "use --engine python or --engine auto"
+        )
 
 
 def load_kb(req: Request) -> KnowledgeBase:
@@ -103,17 +121,27 @@ def diagnose(
     extra_facts: Sequence[Fact] = (),
 ) -> Diagnosis:
     check_inputs(req)
+    check_engine(req.engine)
+    from . import inputs
+
     kb = kb or load_kb(req)
     compiled = compile_kb(kb)
+    named_logs, named_kernel, notes = inputs.examine(req.logs, req.kernel_logs, req.bundles)
     ctx = probe_context(req, kb)
+    ctx.logs, ctx.kernel_logs = named_logs, named_kernel  # what holds nothing to read is not scanned
+    notes += inputs.run_dir_notes(req.run_dirs, ctx.options.setdefault("_runfiles", {}))
+    blank = inputs.blank_sources(req.run_dirs, ctx.options["_runfiles"], req.logs)
     outputs = run_probes(ctx, list(probes) if probes is not None else default_probes(live=not req.offline))
     facts: list[Fact] = [f for o in outputs for f in o.facts] + list(extra_facts)
     facts += rank_facts(facts, kb.registry)  # across ranks: first failure, stragglers, stalls
     result = run_rules(compiled, kb.registry, facts, req.engine)
     hyps = rank(kb, result.firings, result.facts)
     gate = apply_smokes(kb, hyps, facts, trust_recorded=bool(req.options.get("trust_recorded")))
-    evidence_seen = any(f.kind.startswith(_EVIDENCE_KINDS) for f in facts)
-    if gate.verdict == "no_failure" and not evidence_seen:
+    evidence_seen = any(
+        f.kind.startswith(_EVIDENCE_KINDS) and not (f.kind == "log.file" and f.file in blank) for f in facts
+    )
+    if gate.verdict == "no_failure" and (not evidence_seen or any(n.blocking for n in notes)):
+        # Nothing read, or a named input that held nothing to read: that is not a healthy run.
         gate.verdict = "uncertain"
     unexplained = unexplained_failures(facts) if gate.verdict == "no_failure" else []
     if unexplained:
@@ -131,6 +159,7 @@ def diagnose(
         gate=gate,
         evidence_seen=evidence_seen,
         unexplained=unexplained,
+        inputs=notes,
         scanner=", ".join(scanners) or "none",
     )
 

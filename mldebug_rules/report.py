@@ -74,7 +74,11 @@ def _first_rank(d: Diagnosis) -> int | None:
 
 def _hypothesis(d: Diagnosis, h: Hypothesis, first_rank: int | None = None) -> dict[str, Any]:
     info = d.kb.hypothesis_info(h.id)
-    evidence = [_evidence(f, first_rank) for f in h.evidence[:MAX_EVIDENCE]]
+    evidence = []
+    for f in h.evidence[:MAX_EVIDENCE]:
+        e = _evidence(f, first_rank)
+        if not any(x["source"] == e["source"] and x["text"] == e["text"] for x in evidence):
+            evidence.append(e)  # one line cited by two facts (a signature and the timeline) shows once
     for f in h.smoke_results:
         e = _evidence(f)
         if f.attrs.get("role") == "record":
@@ -180,6 +184,13 @@ def next_action(d: Diagnosis) -> str:
             "below; rerun the failing step alone (one process, CUDA_LAUNCH_BLOCKING=1) to localise it, and "
             "add a rule for it (`mldebug-rules rules new`)."
         )
+    blocking = [n for n in d.inputs if n.blocking or (n.problem == "nothing_found" and not d.evidence_seen)]
+    if blocking:  # named inputs (or whole run directories) that held nothing to read
+        shown = "; ".join(n.text for n in blocking[:3]) + (" ..." if len(blocking) > 3 else "")
+        return (
+            f"Nothing to read in what was named: {shown}. Pass the training log with --log, the kernel log "
+            "with --kernel-log, and bundles written by `mldebug-rules collect` with --bundle."
+        )
     if not d.evidence_seen:
         return "Nothing readable was found: pass the training log with --log and the kernel log with --kernel-log."
     return (
@@ -236,6 +247,8 @@ def build(d: Diagnosis) -> dict[str, Any]:
     ranks = ranks_section(d.facts)  # many ranks/nodes: the first failing rank, and the cascades it caused
     if ranks:
         report["ranks"] = ranks
+    if d.inputs:  # inputs not read (the tool's own outputs) or holding nothing to read
+        report["inputs"] = [n.as_dict() for n in d.inputs]
     if d.kb.warnings:
         report["warnings"] = list(d.kb.warnings)
     smokes = _smokes_section(d)  # smoke pairs (baseline, change) and results recorded by hand
@@ -271,6 +284,11 @@ def _rank_lines(ranks: dict[str, Any] | None, bullet: str, code: str) -> list[st
         out.append(
             f"{bullet}first failure: {where} ({first['role']}): {code}{first['source']}{code}: {first['text'][:160]}"
         )
+        if first.get("exception"):  # the rank's own exception, not only the launcher's line about it
+            x = first["exception"]
+            out.append(
+                f"{bullet}  raised by rank {first['rank']}: {code}{x['source']}{code}: {x['text'][:300]}"
+            )
     cascades = ranks.get("cascades", [])
     if cascades:
         shown = ", ".join(
@@ -280,6 +298,9 @@ def _rank_lines(ranks: dict[str, Any] | None, bullet: str, code: str) -> list[st
         out.append(
             f"{bullet}cascades (consequences, not causes) on rank(s): {shown}{' ...' if len(cascades) > 16 else ''}"
         )
+    for c in [c for c in cascades if c.get("exception")][:8]:
+        x = c["exception"]
+        out.append(f"{bullet}  raised by rank {c['rank']}: {code}{x['source']}{code}: {x['text'][:300]}")
     for key, label in (("silent", "ranks that logged no error"),):
         if ranks.get(key):
             out.append(f"{bullet}{label}: {', '.join(map(str, ranks[key][:32]))}")
@@ -363,6 +384,8 @@ def to_text(report: dict[str, Any], markdown: bool = False) -> str:
         lines.append(
             f"{bullet}{p['name']}: {p['status']} ({p['facts']} facts){' - ' + p['detail'] if p['detail'] else ''}"
         )
+    for n in report.get("inputs", []):
+        lines.append(f"{bullet}input: {n['text']}")
     lines.append("")
     lines += _rank_lines(report.get("ranks"), bullet, code)
     lines.append(f"{h1}2. Hypotheses (ranked; a hypothesis is not a cause until a smoke confirms it)")
@@ -374,7 +397,8 @@ def to_text(report: dict[str, Any], markdown: bool = False) -> str:
         if h.get("explained_by"):
             lines.append(f"{bullet}   consequence of: {', '.join(h['explained_by'])}")
         for e in h["evidence"]:
-            lines.append(f"{bullet}   seen: {code}{e['source']}{code}: {e['text'][:200]}")
+            # Whole: the terminal renderer wraps it, and `--no-wrap` keeps it on one line (report.py caps it).
+            lines.append(f"{bullet}   seen: {code}{e['source']}{code}: {e['text']}")
         for r in h.get("recorded", []):
             counted = (
                 "counted (trusted)"

@@ -36,7 +36,11 @@ HEALTHY_ALLOWLIST: dict[tuple[str, str], str] = {
     ("*", NO_FAILURE): "a healthy run's normal end is itself reported as the non-failure hypothesis",
 }
 
-EXPECTED = sorted(p for p in FIXTURES.glob("**/expected.yaml") if ".mldebug" not in p.parts)
+# fixtures/realworld is a measured corpus, not a list of passing cases: `mldebug-rules eval` reports its
+# accuracy (its blind third apart), and tests/test_realworld.py holds it above a floor.
+EXPECTED = sorted(
+    p for p in FIXTURES.glob("**/expected.yaml") if ".mldebug" not in p.parts and "realworld" not in p.parts
+)
 
 
 def _name(p: Path) -> str:

@@ -18,6 +18,7 @@ from mldebug_rules.collectors.base import (
     Context,
     ProbeOutput,
     ProbeSpec,
+    ProbeUnavailable,
     run_command,
     run_probes,
 )
@@ -83,9 +84,23 @@ def test_hung_nvidia_smi_is_a_timeout_not_no_gpu(tmp_path: Path, monkeypatch: py
     assert not [f for f in out.facts if f.kind == "gpu.state"]  # a wedged GPU is not an absent one
 
 
-def test_missing_nvidia_smi_means_no_gpu(tmp_path: Path) -> None:
+def test_no_nvml_and_no_nvidia_smi_is_said_plainly_and_is_no_evidence(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Neither NVML nor nvidia-smi: the probe cannot tell, so it is `unavailable` with a plain line and leaves
+    no `gpu.state` fact for a rule to cite ("nvidia-smi: not found" is not evidence of a hang)."""
+    monkeypatch.setattr(gpu.importlib.util, "find_spec", lambda name, *a: None)  # no pynvml
+
     def runner(argv: Sequence[str], timeout_s: float) -> CommandResult:
         return run_command(["/nonexistent/nvidia-smi", *argv[1:]], timeout_s)
+
+    with pytest.raises(ProbeUnavailable, match=r"^no GPU found \(no NVML, no nvidia-smi\)"):
+        gpu.probe_gpu(_ctx(tmp_path, runner))
+
+
+def test_nvidia_smi_that_finds_no_device_is_a_finding(tmp_path: Path) -> None:
+    def runner(argv: Sequence[str], timeout_s: float) -> CommandResult:
+        return run_command(["sh", "-c", "echo 'No devices were found'; exit 6"], timeout_s)
 
     out = gpu.probe_gpu(_ctx(tmp_path, runner))
     assert out.status == "ok"

@@ -48,7 +48,7 @@ def test_real_probes_shape(tmp_path: Path) -> None:
     outputs = run_probes(_ctx(run), live_probes())
     assert time.monotonic() - t0 < 25
     by_name = {o.name: o for o in outputs}
-    assert set(by_name) == {"processes", "kernel", "gpu", "disks", "environment"}
+    assert set(by_name) == {"processes", "kernel", "gpu", "disks", "environment", "stacks"}
     for out in outputs:
         assert out.status in STATUSES
         status = [f for f in out.facts if f.kind == "probe.status"]
