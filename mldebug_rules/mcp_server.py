@@ -86,12 +86,20 @@ def diagnose_report(
 ) -> dict[str, Any]:
     from . import report as rep
     from .diagnose import Request, diagnose
+    from .inputs import expand_paths
 
+    # The roots first, before anything looks at the disk (a refusal says nothing of what exists there); then
+    # the CLI's expansion (bundle globs, a bundle given as a run directory), whose results are checked again.
+    for p in run_dirs:
+        policy.path(p, "run_dir")
+    for p in bundles:
+        policy.path(p, "bundle")
+    rds, bds = expand_paths([str(p) for p in run_dirs], [str(p) for p in bundles])
     req = Request(
-        run_dirs=[policy.path(p, "run_dir") for p in run_dirs],
+        run_dirs=[policy.path(str(p), "run_dir") for p in rds],
         logs=[policy.path(p, "log") for p in logs],
         kernel_logs=[policy.path(p, "kernel_log") for p in kernel_logs],
-        bundles=[policy.path(p, "bundle") for p in bundles],
+        bundles=[policy.path(str(p), "bundle") for p in bds],
         offline=offline,
     )
     if not (req.run_dirs or req.logs or req.kernel_logs or req.bundles):

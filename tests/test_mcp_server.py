@@ -270,6 +270,11 @@ def test_paths_outside_the_roots_are_refused(oom: Path, tmp_path: Path) -> None:
             }
             for tool, arguments in calls.items():
                 assert "outside the server's roots" in _error(await c.call_tool(tool, arguments)), (tool, bad)
+            # A bundle glob inside a root whose match leads outside it (a symlink) is refused as well.
+            (root / "node0.mldebug.json").symlink_to(outside / "train.log")
+            glob_in_root = {"bundles": [str(root / "*.mldebug.json")], "offline": True}
+            assert "outside the server's roots" in _error(await c.call_tool("diagnose", glob_in_root))
+            (root / "node0.mldebug.json").unlink()
             log = str(Path(bad) / "train.log")
             assert "outside the server's roots" in _error(
                 await c.call_tool("diagnose", {"logs": [log], "offline": True})
