@@ -21,7 +21,6 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -232,6 +231,8 @@ def rules_index() -> dict[str, Any]:
 
 def taxonomy_text() -> str:
     """The taxonomy shipped in the package (engine/taxonomy.yaml)."""
+    from importlib import resources
+
     return (resources.files("mldebug_rules.engine") / "taxonomy.yaml").read_text(encoding="utf-8")
 
 
@@ -245,6 +246,7 @@ def build_server(policy: Policy) -> Any:
     from pydantic import Field
 
     from . import __version__
+    from .redact import redact
 
     server = MCPServer(SERVER_NAME, version=__version__, instructions=INSTRUCTIONS, log_level="WARNING")
     # One pipeline call at a time: the rule engine's host and the state file are shared.
@@ -258,15 +260,16 @@ def build_server(policy: Policy) -> Any:
         try:
             return await anyio.to_thread.run_sync(work)
         except UsageError as e:  # bad input or a refusal: one line, as on the command line
-            raise ToolError(str(e)) from None
+            raise ToolError(redact(str(e))) from None
         except Exception as e:
             from .engine.facts import FactError
             from .engine.packs import PackError
             from .engine.yamlload import YamlError
 
             if isinstance(e, (PackError, YamlError, FactError)):
-                raise ToolError(str(e)) from None
-            raise
+                raise ToolError(redact(str(e))) from None
+            # As the CLI says it (exit 1): the agent sees what broke, not only that something did.
+            raise ToolError(redact(f"internal error: {type(e).__name__}: {e}")) from e
 
     Paths = Annotated[list[str], Field(default_factory=list)]
 
