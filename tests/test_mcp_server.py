@@ -76,6 +76,17 @@ def test_the_extra_is_optional() -> None:
     assert 'pip install "mldebug-rules[agent]"' in r.stderr and "Traceback" not in r.stderr
 
 
+def test_a_root_that_is_not_a_directory_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from mldebug_rules.cli import main
+
+    (tmp_path / "file").write_text("x")
+    for bad in (tmp_path / "missing", tmp_path / "file"):
+        assert main(["mcp", "--root", str(tmp_path), "--root", str(bad)]) == 2
+        assert f"--root {bad}: not a directory" in capsys.readouterr().err
+
+
 mcp = pytest.importorskip("mcp")
 anyio = pytest.importorskip("anyio")
 
