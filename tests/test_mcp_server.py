@@ -112,7 +112,10 @@ def test_diagnose_plan_pair_gate_over_stdio(tmp_path: Path) -> None:
     params = StdioServerParameters(
         command=sys.executable,
         args=["-m", "mldebug_rules", "mcp", "--root", str(root), "--allow-run"],
-        env={"PYTHONDONTWRITEBYTECODE": "1", "MLDEBUG_CACHE_DIR": os.environ["MLDEBUG_CACHE_DIR"]},
+        env={
+            "PYTHONDONTWRITEBYTECODE": "1",
+            **{k: os.environ[k] for k in ("MLDEBUG_CACHE_DIR", "MLDEBUG_ENGINE") if k in os.environ},
+        },
         cwd=str(tmp_path),
     )
     transcript = tmp_path / "transcript.jsonl"
