@@ -40,3 +40,19 @@ def test_a_root_that_is_not_a_directory_is_refused(
     for bad in (tmp_path / "missing", tmp_path / "file"):
         assert main(["mcp", "--root", str(tmp_path), "--root", str(bad)]) == 2
         assert f"--root {bad}: not a directory" in capsys.readouterr().err
+
+
+def test_the_documented_mcp_json_starts_the_server() -> None:
+    """docs/agent-hook.md's `.mcp.json` snippet is valid JSON, and its command line is one the CLI accepts."""
+    import json
+    import re
+
+    from mldebug_rules.cli import build_parser
+
+    doc = (REPO / "docs" / "agent-hook.md").read_text()
+    blocks = [json.loads(b) for b in re.findall(r"```json\n(.*?)```", doc, re.S) if "mcpServers" in b]
+    assert len(blocks) == 1
+    server = blocks[0]["mcpServers"]["mldebug-rules"]
+    assert server["command"] == "mldebug-rules"
+    args = build_parser().parse_args(server["args"])
+    assert args.command == "mcp" and args.root and args.allow_run
