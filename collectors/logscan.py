@@ -900,6 +900,7 @@ class Scanner:
         self._last_idx: list[int] = []  # keep="last" patterns searched from each segment's end
         self._hs_forms: dict[int, tuple[bytes, int]] = {}  # hyperscan expression and flags per pattern
         self._subset_dbs: dict[tuple[int, ...], Any] = {}
+        self.fallbacks: list[str] = []  # patterns hyperscan refused, left to the Python path (and why)
         if use_hs:
             self._db, self._py_idx = self._compile_hyperscan()
             self.engine = f"hyperscan {_hyperscan_version()}"
@@ -980,17 +981,18 @@ class Scanner:
             except _hs.error as e:
                 if "can never match" in str(e):  # e.g. a\bb: no line can match it, so drop it
                     continue
-                if i in relaxed:  # hyperscan refuses the loosened form: the Python path still works
-                    py_idx.append(i)
-                    continue
-                raise ValueError(f"pattern {self.patterns[i].id}: hyperscan: {e}") from None
+                # Whatever hyperscan refuses (a loosened form, a construct it lacks, a size limit), the Python
+                # path matches: one pattern hyperscan cannot take never turns the scanner off for the others.
+                py_idx.append(i)
+                self.fallbacks.append(f"pattern {self.patterns[i].id}: hyperscan: {e}")
         py_idx.sort()
         if not keep:
             return None, py_idx
         try:
             return build(keep), py_idx
-        except _hs.error as e:
-            raise ValueError(f"hyperscan could not compile the pattern set: {e}") from None
+        except _hs.error as e:  # each compiles alone but not together: the Python path takes them all
+            self.fallbacks.append(f"hyperscan could not compile the pattern set: {e}")
+            return None, sorted(py_idx + keep)
 
     def _candidates(self, seg: bytes) -> list[int]:
         """Sorted keys ``line_end * npat + index`` of candidate (line, pattern) pairs in `seg`.

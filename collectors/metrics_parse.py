@@ -28,6 +28,7 @@ from typing import Any
 
 from . import lineinfo
 from .logscan import _TEXT_BYTES, LINE_MATCH_CAP, TEXT_CHARS, Pattern, Scanner
+from .metrics_generic import parse_generic
 from .metrics_series import SeriesSet, canonical, to_float
 
 CHUNK = 1 << 20
@@ -46,6 +47,16 @@ _RATE = re.compile(r",\s*(\d+(?:\.\d+)?)/s\b")
 _POSTFIX = re.compile(r"([A-Za-z][A-Za-z0-9_/.]{0,80})=(" + _NUMBER + r")(?=[,\]\s]|$)")
 _KV = re.compile(r"([A-Za-z][A-Za-z0-9_]{0,80})=(" + _NUMBER + r")(?:[KMGT]i?B|ms|s)?(?=[,\s]|$)")
 _LOOSE = re.compile(r"([A-Za-z][A-Za-z0-9_/.]{0,80})\s*(?:[:=]\s*|\s+)(" + _NUMBER + r")(?![\w.])")
+# Megatron's timers (`--timing-log-level`): "    batch-generator ......: (25.85, 30.42)" (min, max across ranks).
+_TIMER = re.compile(r"^\s*([a-z][a-z-]+) \.+: \([-\d.]+, ([-\d.]+)\)")
+# Lightning SimpleProfiler rows: "|  [_TrainingEpochLoop].train_dataloader_next  |  0.05  |  600  |  30.0  |  66.4  |"
+# -> the action's total seconds (4th cell) as profile_data_s / profile_compute_s.
+_SIMPLE_PROFILER = re.compile(
+    r"^\|\s*(?:\[\w+\]\.)?(?:(train_dataloader_next)|run_training_batch)\s*\|\s*[\d.]+\s*\|\s*\d+\s*\|\s*([\d.]+)"
+)
+# torch.profiler key_averages().table(): the DataLoader row's "CPU total %" (third column) is the share of
+# the profiled time spent fetching batches.
+_TORCH_PROFILER = re.compile(r"^(enumerate\(DataLoader\))\S*\s+[\d.]+%\s+\S+\s+([\d.]+)%")
 _BARE_NONFINITE = re.compile(rb'(?<![\w"])(-?)(nan|NaN|inf|Inf|infinity|Infinity)(?![\w"])')
 _SKIP_KEYS = frozenset(
     {
@@ -77,6 +88,7 @@ class LineParser:
     regex: str
     parse: str = ""
     stop: str = ""
+    prefix: str = ""  # prepended to every metric name the line gives ("val_": the line reports validation)
 
 
 @lru_cache(maxsize=1)
@@ -86,7 +98,9 @@ def line_parsers() -> tuple[tuple[LineParser, ...], tuple[LineParser, ...]]:
     from .. import cache
 
     doc = cache.yaml_data(text)
-    lines = tuple(LineParser(e["id"], e["regex"], parse=e["parse"]) for e in doc["lines"])
+    lines = tuple(
+        LineParser(e["id"], e["regex"], parse=e["parse"], prefix=e.get("prefix", "")) for e in doc["lines"]
+    )
     stops = tuple(LineParser(e["id"], e["regex"], stop=e["stop"]) for e in doc["stops"])
     return lines, stops
 
@@ -111,9 +125,21 @@ def parse_record(mode: str, text: str) -> dict[str, float]:
         pairs = _POSTFIX.findall(text[start:] if start >= 0 else text)
     elif mode == "kv":
         pairs = _KV.findall(text)
+    elif mode == "generic":
+        return parse_generic(text)[0]
+    elif mode == "timer":
+        pairs = _TIMER.findall(text)
+    elif mode == "simple_profiler":
+        pairs = _SIMPLE_PROFILER.findall(text)
+    elif mode == "torch_profiler":
+        pairs = _TORCH_PROFILER.findall(text)
     else:  # loose
         pairs = _LOOSE.findall(text)
     for name, raw in pairs:
+        if mode == "simple_profiler":
+            name = "profile_data_s" if name else "profile_compute_s"
+        elif mode == "torch_profiler":
+            name = "data_share_pct"
         if name in out:
             continue
         try:  # every _NUMBER spelling is one float() reads; to_float is the general fallback
@@ -211,6 +237,9 @@ class LineReader:
         kinds: set[str] = set()
         first_rank: int | None = None
         keys: dict[str, str] = {}  # metric name as logged -> canonical name ("" = not a metric)
+        learned: dict[str, int] = {}  # generic-reader names: sightings, up to 2
+        held: dict[str, tuple[float, float, int]] = {}  # a generic name's first point, until its second
+        last_x: float | None = None
         try:
             for seg, phys, base in _segments(path, out.issues):
                 matches, seg_lines = self._matches(seg)
@@ -229,24 +258,52 @@ class LineReader:
                         first_rank = rank if first_rank is None else first_rank
                         if rank != first_rank:
                             continue
-                    rec = parse_record(p.parse, text)
+                    generic = p.parse == "generic"
+                    if generic:
+                        rec, counters = parse_generic(text)
+                    else:
+                        rec, counters = parse_record(p.parse, text), {}
                     if not rec or "train_runtime" in rec:
                         continue  # HF's end-of-training summary averages the whole run: not a datapoint
+                    if p.prefix:
+                        rec = {(k if k.startswith(p.prefix) else p.prefix + k): v for k, v in rec.items()}
                     ordinal += 1
-                    x, kind = _x_of(groups, rec, ordinal)
+                    if "x" in counters and not groups:
+                        x, kind = counters["x"], "step"
+                    elif groups or last_x is None:
+                        x, kind = _x_of(groups, rec, ordinal)
+                    else:  # no counter of its own (a validation or timer line): the last step seen
+                        x, kind = last_x, "step"
+                    if kind == "step":
+                        last_x = x
                     kinds.add(kind)
                     out.parsers.add(p.id)
                     for name, value in rec.items():
                         key = keys.get(name)
                         if key is None:  # a log repeats the same few names: resolve each once
                             key = keys[name] = "" if canonical(name) in _SKIP_KEYS else canonical(name)
-                        if key:
+                        if not key:
+                            continue
+                        if generic and learned.get(key, 0) < 2:
+                            # Names are learned per file: a name becomes a series on its second sighting, so
+                            # one stray "word number" in a chatter line does not make a curve.
+                            seen = learned[key] = learned.get(key, 0) + 1
+                            if seen == 1:
+                                held[key] = (x, value, line_no)
+                                continue
+                            hx, hv, hl = held.pop(key)
                             buf = pending.get(key)
                             if buf is None:
                                 buf = pending[key] = ([], [], [])
-                            buf[0].append(x)
-                            buf[1].append(value)
-                            buf[2].append(line_no)
+                            buf[0].append(hx)
+                            buf[1].append(hv)
+                            buf[2].append(hl)
+                        buf = pending.get(key)
+                        if buf is None:
+                            buf = pending[key] = ([], [], [])
+                        buf[0].append(x)
+                        buf[1].append(value)
+                        buf[2].append(line_no)
                 for key, (xs, vs, lns) in pending.items():
                     out.extend_canonical(key, xs, vs, lns)
                 total = base + (phys[-1] if phys else seg_lines)

@@ -32,12 +32,14 @@ DEFAULTS: dict[str, float] = {
     "spike_factor": 4.0,
     "plateau_rel_range": 0.03,
     "plateau_min_drop": 0.05,
+    "stuck_rel_tol": 0.02,
     "chance_abs_tol": 0.01,
     "overfit_val_rise": 0.05,
     "overfit_min_val_points": 4,
     "mem_growth_frac": 0.10,
     "mem_increasing_share": 0.5,
     "mem_min_points": 20,
+    "mem_rising_stretches": 0.7,
     "throughput_drop_frac": 0.3,
     "data_wait_share": 0.4,
     "skipped_steps_min": 10,
@@ -121,7 +123,7 @@ def detect(ss: SeriesSet, kb_params: Mapping[str, Any] | None = None) -> list[Tr
     if mem is not None:
         out += _growing(mem, p)
     out += _throughput(ss.get("throughput"), ss.get("step_time"), p)
-    out += _data_wait(ss.get("data_time"), ss.get("step_time"), p)
+    out += _data_wait(ss, p)
     if ss.step_kind == "entry":
         for t in out:
             t.note += " (x = log-entry index: the log gives no step)"
@@ -317,7 +319,18 @@ def _plateau(loss: Series, p: Mapping[str, float]) -> list[Trend]:
         return []
     spread = (_pct(half, 0.9) - _pct(half, 0.1)) / abs(level)
     drop = (_med(head) - level) / abs(_med(head)) if _med(head) else 0.0
-    if spread > p["plateau_rel_range"] or drop >= p["plateau_min_drop"]:
+    # Never better on the way: a loss that fell well below this level and climbed back diverged (or recovered
+    # from a spike); that is the divergence detector's business, not a loss that does not decrease.
+    first = ys[: len(ys) // 2]
+    tenth = max(1, len(first) // 5)
+    best = min(_med(first[i : i + tenth]) for i in range(0, len(first), tenth)) if first else level
+    if best < level - abs(level) * p["plateau_min_drop"]:
+        return []
+    flat = spread <= p["plateau_rel_range"] and drop < p["plateau_min_drop"]
+    # Stuck at its initial value: however noisy, the loss ends where it began (neither better nor worse).
+    stuck = abs(drop) <= p["stuck_rel_tol"]
+    k = chance_classes(level, p["chance_abs_tol"]) if drop < p["plateau_min_drop"] else None
+    if not flat and not stuck and k is None:
         return []
     ws, we = _i(xs[len(ys) // 2]), _i(xs[-1])
     out = [
@@ -330,11 +343,10 @@ def _plateau(loss: Series, p: Mapping[str, float]) -> list[Trend]:
             window_end=we,
             points=len(half),
             line=loss.line_at(xs[-1]),
-            note=f"loss flat at {level:.4g} over steps {ws}..{we} (spread {spread:.1%}, improved "
-            f"{drop:.1%} since the start)",
+            note=f"loss {'flat' if flat else 'stuck'} at {level:.4g} over steps {ws}..{we} (spread "
+            f"{spread:.1%}, improved {drop:.1%} since the start)",
         )
     ]
-    k = chance_classes(level, p["chance_abs_tol"])
     if k is not None:
         out.append(
             Trend(
@@ -386,17 +398,30 @@ def _overfitting(loss: Series, val: Series, p: Mapping[str, float]) -> list[Tren
     ]
 
 
+def _search_end(ys: Sequence[float]) -> int:
+    """Index where the dynamic loss scale's start-up search ends: the first point that is not lower than
+    the one before it (the scaler starts high and halves on every overflow until the gradients fit)."""
+    return next((i for i in range(1, len(ys)) if ys[i] >= ys[i - 1]), len(ys))
+
+
 def _loss_scale(scale: Series | None, skipped: Series | None, p: Mapping[str, float]) -> list[Trend]:
+    """A collapse needs the scale to stay at its floor, or to fall far after the start-up search while skipped
+    steps go on; a search at start-up followed by a stable (or growing) scale is the scaler working."""
     out: list[Trend] = []
+    skip_trend = _skipped_steps(skipped, p)
     if scale is not None:
         xs, ys = scale.finite()
         if len(ys) >= 2 and max(ys) > 0:
-            top = max(range(len(ys)), key=lambda i: ys[i])
             final = ys[-1]
+            tail = ys[-max(2, len(ys) // 10) :]
+            at_floor = all(y <= p["loss_scale_floor"] for y in tail)
+            settled = _search_end(ys)
+            post = ys[max(0, settled - 1) :]
+            top = max(range(len(ys) - len(post), len(ys)), key=lambda i: ys[i])
             factor = ys[top] / final if final > 0 else math.inf
-            if top < len(ys) - 1 and (
-                factor >= p["loss_scale_collapse_factor"] or final <= p["loss_scale_floor"]
-            ):
+            fell_after_search = top < len(ys) - 1 and factor >= p["loss_scale_collapse_factor"]
+            if at_floor or (fell_after_search and (skip_trend or skipped is None)):
+                top = top if fell_after_search else max(range(len(ys)), key=lambda i: ys[i])
                 out.append(
                     Trend(
                         "loss_scale",
@@ -408,31 +433,39 @@ def _loss_scale(scale: Series | None, skipped: Series | None, p: Mapping[str, fl
                         points=len(ys) - top,
                         line=scale.line_at(xs[-1]),
                         note=f"loss scale fell from {ys[top]:g} (step {_i(xs[top])}) to {final:g} "
-                        f"(step {_i(xs[-1])})",
+                        f"(step {_i(xs[-1])})" + (" and stayed at its floor" if at_floor else ""),
                     )
                 )
-    if skipped is not None:
-        xs, ys = skipped.finite()
-        # The scaler's start-up search skips steps until it settles: count after the first clean interval.
-        settled = next((i for i, y in enumerate(ys) if y <= 0), len(ys))
-        xs, ys = xs[settled:], ys[settled:]
-        total = sum(y for y in ys if y > 0)
-        if total >= p["skipped_steps_min"]:
-            first = next(i for i, y in enumerate(ys) if y > 0)
-            out.append(
-                Trend(
-                    "skipped_iters",
-                    "skipped_steps",
-                    value=total,
-                    step=_i(xs[first]),
-                    window_start=_i(xs[first]),
-                    window_end=_i(xs[-1]),
-                    points=len(ys) - first,
-                    line=skipped.line_at(xs[-1]),
-                    note=f"{total:g} optimizer steps skipped (overflow) from step {_i(xs[first])} on",
-                )
-            )
-    return out
+    return out + skip_trend
+
+
+def _skipped_steps(skipped: Series | None, p: Mapping[str, float]) -> list[Trend]:
+    """Optimizer steps skipped for overflow after the start-up search, still going on in the last quarter."""
+    if skipped is None:
+        return []
+    xs, ys = skipped.finite()
+    # The scaler's start-up search skips steps until it settles: count after the first clean interval.
+    settled = next((i for i, y in enumerate(ys) if y <= 0), len(ys))
+    xs, ys = xs[settled:], ys[settled:]
+    total = sum(y for y in ys if y > 0)
+    if total < p["skipped_steps_min"]:
+        return []
+    if not any(y > 0 for y in ys[-max(1, len(ys) // 4) :]):
+        return []  # a burst that ended: the scaler recovered and training went on
+    first = next(i for i, y in enumerate(ys) if y > 0)
+    return [
+        Trend(
+            "skipped_iters",
+            "skipped_steps",
+            value=total,
+            step=_i(xs[first]),
+            window_start=_i(xs[first]),
+            window_end=_i(xs[-1]),
+            points=len(ys) - first,
+            line=skipped.line_at(xs[-1]),
+            note=f"{total:g} optimizer steps skipped (overflow) from step {_i(xs[first])} on",
+        )
+    ]
 
 
 def _increments(total: Series | None) -> Series | None:
@@ -450,7 +483,9 @@ def _increments(total: Series | None) -> Series | None:
 
 
 def _growing(mem: Series, p: Mapping[str, float]) -> list[Trend]:
-    """Memory that keeps growing after warm-up: most intervals increase and the total growth is large."""
+    """Memory that keeps growing after warm-up, over most of the run: the run after warm-up is cut into ten
+    stretches, and most stretch-to-stretch steps of their medians rise (a peak-memory counter that creeps up
+    in plateaus, or an allocated-memory curve that is noisy step to step, both count), with a large total."""
     xs, ys = mem.finite()
     if len(ys) < p["mem_min_points"]:
         return []
@@ -458,10 +493,15 @@ def _growing(mem: Series, p: Mapping[str, float]) -> list[Trend]:
     wx, wy = xs[skip:], ys[skip:]
     if len(wy) < 2 or wy[0] <= 0:
         return []
-    ups = sum(1 for a, b in pairwise(wy) if b > a)
-    share = ups / (len(wy) - 1)
+    steps_up = sum(1 for a, b in pairwise(wy) if b > a) / (len(wy) - 1)
+    bins = min(10, len(wy) // 2)
+    meds = [_med(wy[k * len(wy) // bins : (k + 1) * len(wy) // bins]) for k in range(bins)]
+    ups = sum(1 for a, b in pairwise(meds) if b > a)
+    stretches_up = ups / (bins - 1)
     growth = (wy[-1] - wy[0]) / wy[0]
-    if share < p["mem_increasing_share"] or growth < p["mem_growth_frac"]:
+    if growth < p["mem_growth_frac"]:
+        return []
+    if steps_up < p["mem_increasing_share"] and stretches_up < p["mem_rising_stretches"]:
         return []
     return [
         Trend(
@@ -474,7 +514,7 @@ def _growing(mem: Series, p: Mapping[str, float]) -> list[Trend]:
             points=len(wy),
             line=mem.line_at(wx[-1]),
             note=f"memory grew {growth:.0%} from {wy[0]:g} to {wy[-1]:g} over steps {_i(wx[0])}..{_i(wx[-1])}"
-            f"; {share:.0%} of {len(wy) - 1} intervals increased",
+            f"; {steps_up:.0%} of {len(wy) - 1} intervals and {ups} of {bins - 1} stretches rose",
         )
     ]
 
@@ -517,8 +557,15 @@ def _throughput(tp: Series | None, st: Series | None, p: Mapping[str, float]) ->
     ]
 
 
-def _data_wait(data: Series | None, st: Series | None, p: Mapping[str, float]) -> list[Trend]:
-    """The share of each step spent waiting for the next batch (torchvision/timm ``data`` vs ``time``)."""
+def _data_wait(ss: SeriesSet, p: Mapping[str, float]) -> list[Trend]:
+    """The share of step time spent waiting for the next batch: from data/time meters (torchvision, timm, the
+    PyTorch examples' ``Time``/``Data``, detectron2, mmengine, Megatron's batch-generator timer), else from a
+    profiler summary (one share for the whole profiled stretch)."""
+    out = _meter_share(ss.get("data_time"), ss.get("step_time"), p)
+    return out or _profile_share(ss, p)
+
+
+def _meter_share(data: Series | None, st: Series | None, p: Mapping[str, float]) -> list[Trend]:
     if data is None or st is None:
         return []
     step_time = dict(zip(st.steps, st.values, strict=False))
@@ -547,6 +594,36 @@ def _data_wait(data: Series | None, st: Series | None, p: Mapping[str, float]) -
             line=data.line_at(xs[-1]),
             note=f"median {share:.0%} of step time spent waiting for data over steps "
             f"{_i(xs[skip])}..{_i(xs[-1])}",
+        )
+    ]
+
+
+def _profile_share(ss: SeriesSet, p: Mapping[str, float]) -> list[Trend]:
+    """Lightning's SimpleProfiler (train_dataloader_next vs run_training_batch totals) or torch.profiler's
+    table (the DataLoader row's CPU total %): the profiled stretch's data share, one point."""
+    data, compute, pct = ss.get("profile_data_s"), ss.get("profile_compute_s"), ss.get("data_share_pct")
+    if data is not None and compute is not None and data.values[-1] + compute.values[-1] > 0:
+        share = data.values[-1] / (data.values[-1] + compute.values[-1])
+        src, s = "profiler: train_dataloader_next vs run_training_batch total time", data
+    elif pct is not None and math.isfinite(pct.values[-1]):
+        share = pct.values[-1] / 100.0
+        src, s = "profiler: the DataLoader row's CPU total %", pct
+    else:
+        return []
+    if not math.isfinite(share) or share < p["data_wait_share"]:
+        return []
+    x = _i(s.steps[-1])
+    return [
+        Trend(
+            "data_time",
+            "data_wait",
+            value=round(share, 4),
+            step=x,
+            window_start=x,
+            window_end=x,
+            points=1,
+            line=s.lines[-1],
+            note=f"{share:.0%} of the profiled time spent waiting for data ({src})",
         )
     ]
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import regex
 
 from .compile import alpha_fanout, compile_kb, distinct_constants
-from .packs import KnowledgeBase
+from .packs import KnowledgeBase, Rule
 
 SLOW_LINE_BYTES = 1 << 20
 SLOW_SECONDS = 0.5
@@ -161,15 +161,7 @@ def _rule_problems(kb: KnowledgeBase, only: set[str] | None) -> list[Problem]:
                         f"rule {rule.id}: when.{pname} matches every signature; name the signatures",
                     )
                 )
-            roles = {s.role for s in kb.signatures if s.id in names}
-            if names and roles == {"context"}:
-                out.append(
-                    Problem(
-                        rule.where,
-                        "error",
-                        f"rule {rule.id}: when.{pname} rests only on context signatures, which never anchor a failure",
-                    )
-                )
+        out += _context_only(kb, rule, only)
         hyp = rule.spec["then"].get("hypothesis")
         if hyp and hyp not in kb.hypotheses and not (only and rule.pack not in only):
             out.append(
@@ -185,6 +177,35 @@ def _rule_problems(kb: KnowledgeBase, only: set[str] | None) -> list[Problem]:
         if sig.id not in used and sig.role != "context":
             out.append(Problem(sig.where, "warning", f"signature {sig.id}: no rule reads it"))
     return out
+
+
+def _context_only(kb: KnowledgeBase, rule: Rule, only: set[str] | None) -> list[Problem]:
+    """Context signatures may anchor a rule (a team's start-up line that refines a built-in diagnosis next
+    to that diagnosis' own signature). A rule that rests on nothing else raises its hypothesis from
+    background lines in a log with no failure in it: allowed, but worth a second look."""
+    if only and rule.pack not in only:
+        return []
+    roles: set[str] = set()
+    for pat in rule.spec["when"].values():
+        if pat["kind"] != "log.signature":
+            return []
+        cond = pat["match"].get("signature")
+        names = [cond] if isinstance(cond, str) else list((cond or {}).get("in", []))
+        if isinstance(cond, dict) and "eq" in cond:
+            names.append(cond["eq"])
+        roles |= {s.role for s in kb.signatures if s.id in names}
+        if not names:
+            return []
+    if roles != {"context"} or not rule.spec["then"].get("hypothesis"):
+        return []
+    return [
+        Problem(
+            rule.where,
+            "warning",
+            f"rule {rule.id}: rests only on context signatures, so it fires on logs with no failure in them"
+            " (add a pattern for the failure it refines, e.g. the built-in signature)",
+        )
+    ]
 
 
 def lint(kb: KnowledgeBase, only_packs: set[str] | None = None) -> list[Problem]:

@@ -46,6 +46,7 @@ class PackError(ValueError):
 
     def __init__(self, path: str, line: int, message: str):
         self.path, self.line, self.message = path, line, message
+        self.pack = ""  # the pack at fault, when the error is found after merging (overrides)
         super().__init__(f"{path}:{line}: {message}" if line else f"{path}: {message}")
 
 
@@ -267,10 +268,10 @@ class _RawPack:
 def read_pack(path: Path, origin: str) -> _RawPack:
     schemas = _load_schemas()
     if not path.is_dir():
-        raise PackError(_display(path), 0, "not a pack directory (expected a folder with pack.yaml)")
+        raise PackMissing(_display(path), 0, "no such pack folder (expected a folder with pack.yaml)")
     manifest_path = path / "pack.yaml"
     if not manifest_path.is_file():
-        raise PackError(
+        raise PackMissing(
             _display(path), 0, "no pack.yaml manifest (run `mldebug-rules rules new NAME` for a scaffold)"
         )
     disp = _display(manifest_path)
@@ -365,29 +366,32 @@ def _kb_key(
     return cache.digest(parts)
 
 
+class PackMissing(PackError):
+    """A pack folder named on the command line that is not there, or has no pack.yaml: bad usage."""
+
+
 def _load_packs(
     dirs: Sequence[tuple[Path, str]], *, strict: bool, params: Mapping[str, Any] | None
 ) -> KnowledgeBase:
-    kb = KnowledgeBase(registry=FactRegistry.load(), taxonomy=load_taxonomy())
-    seen_names: dict[str, str] = {}
-    for path, origin in dirs:
-        try:
-            raw = read_pack(path, origin)
-            if raw.info.name in seen_names:
-                raise PackError(
-                    _display(path / "pack.yaml"),
-                    1,
-                    f"pack name {raw.info.name!r} is already used by {seen_names[raw.info.name]}",
-                )
-            staged = copy.deepcopy(kb)
-            _merge(staged, raw)
-            kb = staged
-            seen_names[raw.info.name] = _display(path / "pack.yaml")
-        except (PackError, YamlError, FactError) as e:
-            if strict or origin == "builtin":
-                raise
-            kb.warnings.append(f"pack disabled: {e}")
-    _apply_overrides(kb)
+    """Read every pack, then assemble them; a third-party pack that fails anywhere (reading, merging, its
+    overrides or its references) is left out and the others are assembled again without it, so that no pack
+    can stop another one, the built-ins included. Built-in errors always raise (CI catches them)."""
+    warnings: list[str] = []
+
+    def disable(origin: str, err: Exception) -> None:
+        if strict or origin == "builtin":
+            raise err
+        warnings.append(f"pack disabled: {err}")
+
+    raws = _read_packs(dirs, disable)
+    while True:
+        kb, failed = _assemble(raws)
+        if failed is None:
+            break
+        raw, err = failed
+        disable(raw.info.origin, err)
+        raws = [r for r in raws if r is not raw]
+    kb.warnings = warnings
     if params:
         for name, value in params.items():
             if name not in kb.params:
@@ -395,8 +399,69 @@ def _load_packs(
                     "--param", 0, f"unknown parameter {name!r} (`mldebug-rules rules list` shows them all)"
                 )
             kb.params[name] = _coerce_param(kb.params[name], value, name)
-    check_references(kb)
     return kb
+
+
+def _read_packs(dirs: Sequence[tuple[Path, str]], disable: Any) -> list[_RawPack]:
+    """Each pack folder once (by real path), in precedence order. An author's explicit ``--rules DIR`` of a
+    pack that is also installed (MLDEBUG_RULES_PATH, entry point) replaces the installed copy: that is how a
+    pack's source is tested while an older release of it is installed."""
+    raws: list[_RawPack] = []
+    seen_paths: set[str] = set()
+    by_name: dict[str, _RawPack] = {}
+    for path, origin in dirs:
+        real = os.path.realpath(path)
+        if real in seen_paths:
+            continue
+        seen_paths.add(real)
+        try:
+            raw = read_pack(path, origin)
+        except PackMissing as e:
+            if origin == "--rules":  # a folder named on the command line: bad usage, whatever --strict says
+                raise
+            disable(origin, e)
+            continue
+        except (PackError, YamlError, FactError) as e:
+            disable(origin, e)
+            continue
+        prev = by_name.get(raw.info.name)
+        if prev is not None:
+            if prev.info.origin == "--rules" and origin != "builtin":
+                continue  # the source folder named on the command line wins over the installed copy
+            disable(
+                origin,
+                PackError(
+                    _display(path / "pack.yaml"),
+                    1,
+                    f"pack name {raw.info.name!r} is already used by {_display(Path(prev.info.path) / 'pack.yaml')}"
+                    f" ({prev.info.origin})",
+                ),
+            )
+            continue
+        by_name[raw.info.name] = raw
+        raws.append(raw)
+    return raws
+
+
+def _assemble(raws: Sequence[_RawPack]) -> tuple[KnowledgeBase, tuple[_RawPack, Exception] | None]:
+    """The knowledge base of these packs, or the first pack (in load order) that cannot be part of it."""
+    kb = KnowledgeBase(registry=FactRegistry.load(), taxonomy=load_taxonomy())
+    for raw in raws:
+        try:
+            _merge(kb, raw)
+        except (PackError, YamlError, FactError) as e:
+            return kb, (raw, e)
+    by_name = {r.info.name: r for r in raws}
+    try:
+        _apply_overrides(kb)
+    except PackError as e:
+        return kb, (by_name[e.pack], e)
+    for raw in raws:
+        try:
+            check_references(kb, raw.info.name)
+        except PackError as e:
+            return kb, (raw, e)
+    return kb, None
 
 
 def _coerce_param(current: Any, value: Any, name: str) -> Any:
@@ -419,16 +484,50 @@ def _claim(kb: KnowledgeBase, kind: str, ident: str, where: str) -> None:
 
 
 def _check_regex(display: str, doc: Any, path: tuple[Any, ...], spec: Mapping[str, Any]) -> None:
-    """A pattern that does not compile, or matches the empty string (so every line), fails the pack here,
-    at its line, rather than the log probe later: the scanner then trusts the loaded patterns."""
+    """A pattern that does not compile, matches the empty string (so every line), or uses what the scanner's
+    engines do not share (look-around, back-references: hyperscan cannot compile them) fails the pack here, at
+    its line, rather than the log probe later, and the same way with or without hyperscan installed."""
     flags = re.IGNORECASE if spec.get("ignore_case") else 0
     try:
         compiled = re.compile(spec["regex"].encode("utf-8"), flags)
         problem = "matches the empty string, so every line" if compiled.search(b"") is not None else ""
+        problem = problem or _unsupported_construct(compiled)
     except (re.error, UnicodeEncodeError, OverflowError, RecursionError) as e:
         problem = f"does not compile: {e}"
     if problem:
         raise PackError(display, line_of(doc, (*path, "regex")), f"{spec['id']}: regex {problem}")
+
+
+def _unsupported_construct(compiled: re.Pattern[bytes]) -> str:
+    try:
+        from re import _parser as sre_parse  # type: ignore[attr-defined]
+    except ImportError:  # Python 3.10
+        import sre_parse  # type: ignore[no-redef]
+
+    names = {
+        "ASSERT": "uses a look-around ((?=...), (?!...), (?<=...) or (?<!...))",
+        "ASSERT_NOT": "uses a look-around ((?=...), (?!...), (?<=...) or (?<!...))",
+        "GROUPREF": "uses a back-reference (\\1, (?P=name))",
+        "GROUPREF_EXISTS": "uses a conditional group ((?(1)...))",
+    }
+
+    def walk(node: Any) -> str:
+        if isinstance(node, sre_parse.SubPattern):
+            for op, arg in node:
+                found = names.get(getattr(op, "name", str(op))) or walk(arg)
+                if found:
+                    return found
+        elif isinstance(node, (tuple, list)):
+            for x in node:
+                found = walk(x)
+                if found:
+                    return found
+        return ""
+
+    found = walk(sre_parse.parse(compiled.pattern.decode("utf-8"), compiled.flags & ~re.IGNORECASE))
+    return (
+        f"{found}, which hyperscan (the fast log scanner) cannot compile; match without it" if found else ""
+    )
 
 
 def _merge(kb: KnowledgeBase, raw: _RawPack) -> None:
@@ -515,6 +614,7 @@ def _merge(kb: KnowledgeBase, raw: _RawPack) -> None:
         for i, ov in enumerate(valid.get("overrides", [])):
             ov = dict(ov)
             ov["_where"] = (display, line_of(doc, ("overrides", i)))
+            ov["_pack"] = pack
             kb.params.setdefault("__overrides__", []).append(ov)
     if n_rules > MAX_RULES_PER_PACK or n_sigs > MAX_SIGNATURES_PER_PACK:
         raise PackError(raw.info.path, 0, "pack exceeds the size limits (rules or signatures)")
@@ -531,9 +631,11 @@ def _apply_overrides(kb: KnowledgeBase) -> None:
         display, line = ov["_where"]
         rule = by_id.get(ov["rule"])
         if rule is None:
-            raise PackError(
+            err = PackError(
                 display, line, f"overrides: rule {ov['rule']!r} does not exist in any loaded pack"
             )
+            err.pack = ov["_pack"]
+            raise err
         if ov["disable"]:
             rule.disabled = True
         if ov.get("weight") is not None:
@@ -545,33 +647,79 @@ def known_hypotheses(kb: KnowledgeBase) -> set[str]:
     return set(kb.taxonomy) | set(kb.hypotheses)
 
 
-def check_references(kb: KnowledgeBase) -> None:
-    """Names that must resolve: fact kinds, attributes, hypothesis and smoke ids, pattern references."""
+def check_references(kb: KnowledgeBase, pack: str | None = None) -> None:
+    """Names that must resolve: fact kinds, attributes, hypothesis and smoke ids, pattern references.
+    With ``pack``, only that pack's definitions are checked (each pack fails on its own)."""
     hyps = known_hypotheses(kb)
+
+    def mine(owner: str) -> bool:
+        return pack is None or owner == pack
+
     for hyp, spec in kb.hypotheses.items():
+        if not mine(spec["pack"]):
+            continue
         path, _, line = spec["where"].rpartition(":")
         for alt in spec["alternatives"]:
             if alt not in hyps:
                 raise PackError(
-                    path, int(line), f"hypotheses.{hyp}.alternatives: unknown diagnosis id {alt!r}"
+                    path,
+                    int(line),
+                    f"hypotheses.{hyp}.alternatives: {unknown_id(kb, alt, spec['pack'])}",
                 )
         if spec["smoke"] not in kb.smokes:
-            raise PackError(path, int(line), f"hypotheses.{hyp}.smoke: unknown smoke {spec['smoke']!r}")
+            raise PackError(
+                path, int(line), f"hypotheses.{hyp}.smoke: {unknown_smoke(kb, spec['smoke'], spec['pack'])}"
+            )
     for smoke, spec in kb.smokes.items():
+        if not mine(spec["pack"]):
+            continue
         path, _, line = spec["where"].rpartition(":")
         names = list(spec["discriminates"])
         for o in spec["outcomes"].values():
             names += o.get("confirms", []) + o.get("refutes", [])
         for h in names:
             if h not in hyps:
-                raise PackError(path, int(line), f"smokes.{smoke}: unknown diagnosis id {h!r}")
+                raise PackError(path, int(line), f"smokes.{smoke}: {unknown_id(kb, h, spec['pack'])}")
     for sig in kb.signatures:
+        if not mine(sig.pack):
+            continue
         path, _, line = sig.where.rpartition(":")
         for h in sig.hypotheses:
             if h not in hyps:
-                raise PackError(path, int(line), f"signature {sig.id}: unknown diagnosis id {h!r}")
+                raise PackError(path, int(line), f"signature {sig.id}: {unknown_id(kb, h, sig.pack)}")
     for rule in kb.rules:
-        check_rule(kb, rule, hyps)
+        if mine(rule.pack):
+            check_rule(kb, rule, hyps)
+
+
+def _did_you_mean(name: str, pack: str, known: Iterable[str]) -> str:
+    """A pack's own ids are namespaced: `x` in pack acme is most likely `acme.x`."""
+    import difflib
+
+    known = list(known)
+    if f"{pack}.{name}" in known:
+        return f" (did you mean {pack + '.' + name!r}? a pack's own ids are namespaced)"
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.8)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _unknown_kind_hint(kb: KnowledgeBase, kind: str) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(kind, sorted(kb.registry.kinds), n=1, cutoff=0.75)
+    if close:
+        return f" (did you mean {close[0]!r}?)"
+    return f" (known: {', '.join(sorted(kb.registry.kinds))})"
+
+
+def unknown_id(kb: KnowledgeBase, name: str, pack: str) -> str:
+    hint = _did_you_mean(name, pack, known_hypotheses(kb))
+    return f"unknown diagnosis id {name!r}{hint or ' (`mldebug-rules rules list --ids` lists them)'}"
+
+
+def unknown_smoke(kb: KnowledgeBase, name: str, pack: str) -> str:
+    hint = _did_you_mean(name, pack, kb.smokes)
+    return f"unknown smoke {name!r}{hint or ' (`mldebug-rules rules list --smokes` lists them)'}"
 
 
 def _doc_line(rule: Rule, *path: Any) -> int:
@@ -587,7 +735,7 @@ def check_rule(kb: KnowledgeBase, rule: Rule, hyps: set[str]) -> None:
             raise PackError(
                 rule.path,
                 _doc_line(rule, "when", pname, "kind"),
-                f"when.{pname}.kind: unknown fact kind {kind!r} (known: {', '.join(sorted(kb.registry.kinds))})",
+                f"when.{pname}.kind: unknown fact kind {kind!r}{_unknown_kind_hint(kb, kind)}",
             )
         for attr, cond in pat["match"].items():
             where = _doc_line(rule, "when", pname, "match", attr)
@@ -631,7 +779,7 @@ def check_rule(kb: KnowledgeBase, rule: Rule, hyps: set[str]) -> None:
             raise PackError(
                 rule.path,
                 _doc_line(rule, "then", "hypothesis"),
-                f"then.hypothesis: unknown diagnosis id {hyp!r}",
+                f"then.hypothesis: {unknown_id(kb, hyp, rule.pack)}",
             )
         if then.get("weight") is None:
             raise PackError(rule.path, _doc_line(rule, "then"), "then.weight: required with a hypothesis")
@@ -645,10 +793,12 @@ def check_rule(kb: KnowledgeBase, rule: Rule, hyps: set[str]) -> None:
                     )
         for alt in then.get("alternatives", []) + then.get("explains", []):
             if alt not in hyps:
-                raise PackError(rule.path, _doc_line(rule, "then"), f"then: unknown diagnosis id {alt!r}")
+                raise PackError(rule.path, _doc_line(rule, "then"), f"then: {unknown_id(kb, alt, rule.pack)}")
         if then.get("smoke") and then["smoke"] not in kb.smokes:
             raise PackError(
-                rule.path, _doc_line(rule, "then", "smoke"), f"then.smoke: unknown smoke {then['smoke']!r}"
+                rule.path,
+                _doc_line(rule, "then", "smoke"),
+                f"then.smoke: {unknown_smoke(kb, then['smoke'], rule.pack)}",
             )
     for c in then.get("cite", []):
         if c not in names:
@@ -659,7 +809,9 @@ def check_rule(kb: KnowledgeBase, rule: Rule, hyps: set[str]) -> None:
         kind = d["kind"]
         line = _doc_line(rule, "then", "derive", i)
         if kind not in kb.registry.kinds:
-            raise PackError(rule.path, line, f"then.derive: unknown fact kind {kind!r}")
+            raise PackError(
+                rule.path, line, f"then.derive: unknown fact kind {kind!r}{_unknown_kind_hint(kb, kind)}"
+            )
         if "derived" not in kb.registry.origins(kind):
             raise PackError(
                 rule.path,

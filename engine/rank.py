@@ -70,7 +70,7 @@ def rank(kb: KnowledgeBase, firings: Sequence[Firing], facts: Mapping[str, Fact]
         hyps[hid] = Hypothesis(
             id=hid,
             score=_noisy_or(list(per_rule.values())),
-            role="root" if any(f.role == "root" for f in fs) else "cascade",
+            role=next((r for r in ("root", "cascade") if any(f.role == r for f in fs)), "context"),
             failure=kb.is_failure(hid),
             rules=sorted(per_rule),
             evidence=evidence,

@@ -128,11 +128,17 @@ class _Collector:
 
 
 def _role_of(cited: Sequence[dict[str, Any]]) -> str:
-    """A firing resting only on cascade signatures is a cascade: look for the initiating fact."""
+    """A firing resting only on cascade signatures is a cascade: look for the initiating fact. Context
+    signatures (start-up lines, settings, advice) refine a diagnosis without saying where a failure began, so
+    they count for neither: next to a root or cascade signature the firing takes that one's role, and alone
+    the firing is "context" (never discounted as a consequence, never a root that discounts others)."""
     sigs = [c for c in cited if c.get("kind") == "log.signature"]
-    if sigs and len(sigs) == len(cited) and all(c.get("role") == "cascade" for c in sigs):
-        return "cascade"
-    return "root"
+    if not sigs or len(sigs) != len(cited):
+        return "root"
+    failing = [c for c in sigs if c.get("role") != "context"]
+    if not failing:
+        return "context"
+    return "cascade" if all(c.get("role") == "cascade" for c in failing) else "root"
 
 
 def _resolve(value: Any, bindings: dict[str, dict[str, Any]]) -> Any:

@@ -58,7 +58,24 @@ def _loader_class() -> Any:
 
     _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
     _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _construct_sequence)
+    _Loader.add_constructor("tag:yaml.org,2002:bool", _construct_bool)
     return _Loader
+
+
+def _construct_bool(loader: Any, node: Any) -> bool:
+    """Only ``true`` and ``false`` are booleans. YAML 1.1 (PyYAML) also reads unquoted yes/no/on/off/y/n as
+    booleans, so ``state: off`` compared a string attribute with False and ``on:`` became the key True: errors
+    that name neither the word nor the fix. Name both, at the word's line."""
+    word = str(node.value)
+    if word.lower() in ("true", "false"):
+        return word.lower() == "true"
+    meaning = "true" if word.lower() in ("yes", "y", "on") else "false"
+    raise YamlError(
+        str(getattr(loader, "_mldebug_path", "<yaml>")),
+        node.start_mark.line + 1,
+        f"unquoted {word!r} is the boolean {meaning} in YAML 1.1; write {meaning} for a boolean,"
+        f" or quote it ('{word}') for the text",
+    )
 
 
 def _construct_mapping(loader: Any, node: Any) -> LineDict:

@@ -109,8 +109,9 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser(
         "rules",
         help="list, lint, test and scaffold rule packs",
-        usage="mldebug-rules rules list|lint|test [PACK_DIR ...] [options]\n"
-        "       mldebug-rules rules new NAME",
+        usage="mldebug-rules rules list [--ids|--signatures|--smokes] [PACK_DIR ...]\n"
+        "       mldebug-rules rules lint|test [PACK_DIR ...] [--pack NAME] [options]\n"
+        "       mldebug-rules rules new NAME [--pack PACKNAME]",
     )
     r.add_argument(
         "action",
@@ -130,6 +131,15 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="test: the rule engine the cases run on",
     )
+    r.add_argument(
+        "--pack",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="test: the packs of that name; new: the pack name, with a pyproject.toml around it",
+    )
+    for what in ("ids", "signatures", "smokes"):
+        r.add_argument(f"--{what}", action="store_true", help=f"list: the {what} with their titles")
 
     add_smoke_commands(sub)  # smoke plan|run|record and gate
 
@@ -275,7 +285,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] == ["smoke"] and "--" in argv:
         cut = argv.index("--")
         argv, command = argv[:cut], argv[cut + 1 :]
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra and args.command == "rules" and not any(x.startswith("-") for x in extra):
+        args.packs += extra  # `rules test --pack acme DIR`: folders after the options are folders too
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if command is not None:
         args.argv = command
     if not args.command:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -97,7 +98,12 @@ def check_engine(engine: str | None) -> None:
 
 
 def load_kb(req: Request) -> KnowledgeBase:
-    return load_packs(req.rules_dirs, strict=req.strict, params=req.params)
+    """The packs for this request. A third-party pack that was disabled is one warning line on stderr here
+    (and in every report format); under ``strict`` it raised instead."""
+    kb = load_packs(req.rules_dirs, strict=req.strict, params=req.params)
+    for w in kb.warnings:
+        print(f"mldebug-rules: warning: {w}", file=sys.stderr)
+    return kb
 
 
 def probe_context(req: Request, kb: KnowledgeBase, *, with_bundles: bool = True) -> Context:

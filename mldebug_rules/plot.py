@@ -1,7 +1,9 @@
 """``diagnose --plot FILE.png``: the curves behind the top hypotheses, with the detected onset/window marked.
 
-matplotlib is an optional extra (``pip install 'mldebug-rules[plot]'``); without it ``PlotUnavailable`` says
-so in one line and the report is written anyway.
+Training and validation loss share one panel (validation is often logged every N steps: its points are
+marked); each detected window has its own colour. matplotlib is an optional extra
+(``pip install 'mldebug-rules[plot]'``); without it ``PlotUnavailable`` says so in one line and the report is
+written anyway. A plot file that cannot be written is a usage error (exit 2, one line).
 """
 
 from __future__ import annotations
@@ -11,10 +13,16 @@ from pathlib import Path
 from typing import Any
 
 from .diagnose import Diagnosis
+from .errors import UsageError
 
 MAX_PANELS = 4
 _SKIPPED_PANELS = ("loss_scale", "skipped_iters", "skipped_total")
 _ORDER = ("loss", "val_loss", "grad_norm", "loss_scale", "mem", "data_time", "throughput", "step_time")
+# Overlaid on the panel of the first metric: (panel metric, overlaid metric).
+_OVERLAYS = {"loss": "val_loss", "step_time": "data_time"}
+_OVERLAID_ON = {v: k for k, v in _OVERLAYS.items()}
+# Window colours, one per detected trend on a panel (the curves use blue and black).
+_WINDOW_COLOURS = ("tab:orange", "tab:green", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan")
 
 
 class PlotUnavailable(Exception):
@@ -43,13 +51,17 @@ def choose_panels(series: Mapping[str, Any], trends: Sequence[Mapping[str, Any]]
     panels: list[tuple[str, str]] = []
 
     def add(source: str, metric: str) -> None:
-        if source in series and metric in series[source]["series"] and (source, metric) not in panels:
+        have = series.get(source, {}).get("series", {})
+        host = _OVERLAID_ON.get(metric)
+        if host is not None and host in have:
+            metric = host  # validation loss is drawn on the training-loss panel (data time on step time)
+        if metric in have and (source, metric) not in panels:
             panels.append((source, metric))
 
     companions = {
-        "loss": ("grad_norm", "val_loss"),
-        "val_loss": ("loss",),
-        "data_time": ("step_time",),
+        "loss": ("grad_norm",),
+        "val_loss": ("grad_norm",),
+        "data_time": (),
         "loss_scale": ("loss",),
         "mem": ("loss",),
         "skipped_iters": ("loss",),
@@ -71,6 +83,22 @@ def choose_panels(series: Mapping[str, Any], trends: Sequence[Mapping[str, Any]]
 
 
 def plot_diagnosis(d: Diagnosis, out: Path) -> Path:
+    fig = figure(d)  # PlotUnavailable without matplotlib
+    import matplotlib.pyplot as plt
+
+    try:
+        fig.savefig(out, dpi=110)
+    except OSError as e:  # a missing directory, no permission, a directory given as the file
+        raise UsageError(f"--plot {out}: cannot write the plot: {e.strerror or e}") from None
+    except ValueError as e:  # an image format matplotlib does not know (--plot curves.xyz)
+        raise UsageError(f"--plot {out}: cannot write the plot: {e}") from None
+    finally:
+        plt.close(fig)
+    return out
+
+
+def figure(d: Diagnosis) -> Any:
+    """The matplotlib figure: one panel per chosen (source, metric), overlays and windows drawn."""
     try:
         import matplotlib
 
@@ -90,27 +118,38 @@ def plot_diagnosis(d: Diagnosis, out: Path) -> Path:
         len(panels), 1, figsize=(9, 2.4 * len(panels) + 0.6), sharex=False, squeeze=False
     )
     for ax, (source, metric) in zip(axes[:, 0], panels, strict=True):
-        pts = series[source]["series"][metric]
+        have = series[source]["series"]
         x_name = "step" if series[source]["step_kind"] == "step" else "log entry"
+        pts = have[metric]
         xs = [p[0] for p in pts if p[1] is not None]
         ys = [p[1] for p in pts if p[1] is not None]
-        ax.plot(xs, ys, lw=1.0, color="tab:blue")
-        bad = [p[0] for p in pts if p[1] is None]
+        ax.plot(xs, ys, lw=1.0, color="tab:blue", label=metric)
+        shown = [metric]
+        over = _OVERLAYS.get(metric)
+        if over in have:
+            ops = [p for p in have[over] if p[1] is not None]
+            ax.plot(
+                [p[0] for p in ops], [p[1] for p in ops], lw=1.2, color="black", marker="o", ms=3, label=over
+            )
+            ys = ys + [p[1] for p in ops]
+            shown.append(over)
+            pts = pts + have[over]
+        bad = sorted(p[0] for p in pts if p[1] is None)
         if bad:
             ax.axvline(bad[0], color="red", lw=1.2, ls="--", label=f"first NaN/Inf ({x_name} {bad[0]:g})")
         positive = ys and min(ys) > 0 and max(ys) / max(min(ys), 1e-300) > 1e3
         if positive:
             ax.set_yscale("log")  # divergence spans orders of magnitude
-        for t in trends:
-            if t["file"] != source or t["metric"] not in (
-                metric,
-                "skipped_iters" if metric in _SKIPPED_PANELS else "",
-            ):
+        wanted = set(shown) | ({"skipped_iters"} if metric in _SKIPPED_PANELS else set())
+        for k, t in enumerate(trends):
+            if t["file"] != source or t["metric"] not in wanted:
                 continue
+            colour = _WINDOW_COLOURS[k % len(_WINDOW_COLOURS)]  # one colour per detected window, figure-wide
             if t["window_start"] >= 0 and t["window_end"] > t["window_start"]:
-                ax.axvspan(t["window_start"], t["window_end"], color="orange", alpha=0.2, label=t["trend"])
+                ax.axvspan(t["window_start"], t["window_end"], color=colour, alpha=0.2, label=t["trend"])
             elif t["step"] >= 0:
-                ax.axvline(t["step"], color="orange", lw=1.2, label=t["trend"])
+                ax.axvline(t["step"], color=colour, lw=1.2, label=t["trend"])
+        metric = " / ".join(shown)
         ax.set_ylabel(metric)
         ax.set_title(f"{source}: {metric}", fontsize=9, loc="left")
         ax.grid(alpha=0.3)
@@ -121,10 +160,4 @@ def plot_diagnosis(d: Diagnosis, out: Path) -> Path:
     top = d.gate.hypotheses[0].id if d.gate.hypotheses else "no hypothesis"
     fig.suptitle(f"mldebug-rules: {top} ({d.gate.verdict})", fontsize=10)
     fig.tight_layout()
-    try:
-        fig.savefig(out, dpi=110)
-    except OSError as e:
-        raise PlotUnavailable(f"--plot {out}: {e.strerror or e}") from None
-    finally:
-        plt.close(fig)
-    return out
+    return fig

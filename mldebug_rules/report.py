@@ -378,6 +378,7 @@ def to_text(report: dict[str, Any], markdown: bool = False) -> str:
         "no_failure": "NO FAILURE found",
     }[verdict]
     lines.append(("# " if markdown else "") + f"mldebug-rules diagnosis: {title}")
+    lines += [f"{'> ' if markdown else ''}warning: {w}" for w in report.get("warnings", [])]  # disabled packs
     lines.append("")
     lines.append(f"{h1}1. What the probes found")
     for p in report["probes"]:

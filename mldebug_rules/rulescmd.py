@@ -17,6 +17,14 @@ def _load(args: argparse.Namespace):
 
 def cmd_list(args: argparse.Namespace) -> int:
     kb = _load(args)
+    listed = [w for w in ("ids", "signatures", "smokes") if getattr(args, w, False)]
+    if listed:
+        from .reference import text
+
+        for w in kb.warnings:
+            print(f"warning: {w}", file=sys.stderr)
+        sys.stdout.write("".join(text(kb, what) for what in listed))
+        return 0
     for p in kb.packs:
         n_rules = sum(1 for r in kb.rules if r.pack == p.name)
         n_sigs = sum(1 for s in kb.signatures if s.pack == p.name)
@@ -53,7 +61,15 @@ def cmd_test(args: argparse.Namespace) -> int:
 
     kb = _load(args)
     only = {Path(p).resolve() for p in args.packs}
-    packs = [p for p in kb.packs if not only or Path(p.path).resolve() in only]
+    names = set(getattr(args, "pack", []) or [])
+    unknown = names - {p.name for p in kb.packs}
+    if unknown:
+        raise UsageError(
+            f"--pack {', '.join(sorted(unknown))}: no such pack loaded (`mldebug-rules rules list` shows them)"
+        )
+    packs = [
+        p for p in kb.packs if (not only or Path(p.path).resolve() in only) and (not names or p.name in names)
+    ]
     failed = total = 0
     for pack in packs:
         for result in run_pack_tests(kb, pack, engine=args.engine):
@@ -70,10 +86,20 @@ def cmd_test(args: argparse.Namespace) -> int:
 
 
 def cmd_new(args: argparse.Namespace) -> int:
-    from .scaffold import new_pack
+    from .scaffold import new_distribution, new_pack
 
     if len(args.packs) != 1:
         raise UsageError("rules new NAME: give one pack name (or path)")
+    pack_names = getattr(args, "pack", []) or []
+    if len(pack_names) > 1:
+        raise UsageError("rules new NAME --pack PACKNAME: give one pack name")
+    if pack_names:
+        project, path = new_distribution(Path(args.packs[0]), pack_names[0])
+        print(
+            f"created {project} (pyproject.toml, entry point {pack_names[0]!r}) with the pack in {path}; try:\n"
+            f"  mldebug-rules rules test {path}\n  pip install -e {project} && mldebug-rules rules list"
+        )
+        return 0
     path = new_pack(Path(args.packs[0]))
     print(f"created {path}; try: mldebug-rules rules test {path}")
     return 0

@@ -50,13 +50,13 @@ def add_smoke_commands(sub: Any) -> None:
         help="the pair of commands (baseline, change) that would settle the leading hypotheses",
         usage="mldebug-rules smoke plan RUN_DIR [--hypothesis ID] [--cmd COMMAND] [--format text|json]",
     )
-    p.add_argument("run_dir", metavar="RUN_DIR")
+    p.add_argument("run_dir", metavar="RUN_DIR", help="the run directory to plan for")
     p.add_argument("--hypothesis", metavar="ID", help="plan for this hypothesis (default: the leads)")
     p.add_argument("--cmd", default=None, help="the run's command line, when the logs do not record it")
     p.add_argument(
         "--timeout", type=float, default=600.0, metavar="S", help="the --timeout the commands suggest"
     )
-    p.add_argument("--format", choices=["text", "json"], default="text")
+    p.add_argument("--format", choices=["text", "json"], default="text", help="the plan's format")
     _rules(p)
 
     r = acts.add_parser(
@@ -66,7 +66,7 @@ def add_smoke_commands(sub: Any) -> None:
         epilog=RUN_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    r.add_argument("run_dir", metavar="RUN_DIR")
+    r.add_argument("run_dir", metavar="RUN_DIR", help="the run directory (state goes to RUN_DIR/.mldebug/)")
     r.add_argument("--hypothesis", metavar="ID", required=True, help="the hypothesis this smoke tests")
     r.add_argument(
         "--baseline",
@@ -94,9 +94,14 @@ def add_smoke_commands(sub: Any) -> None:
             "--note TEXT"
         ),
     )
-    c.add_argument("run_dir", metavar="RUN_DIR")
-    c.add_argument("--hypothesis", metavar="ID", required=True)
-    c.add_argument("--outcome", choices=["confirmed", "refuted", "inconclusive"], required=True)
+    c.add_argument("run_dir", metavar="RUN_DIR", help="the run directory (state goes to RUN_DIR/.mldebug/)")
+    c.add_argument("--hypothesis", metavar="ID", required=True, help="the hypothesis the result is about")
+    c.add_argument(
+        "--outcome",
+        choices=["confirmed", "refuted", "inconclusive"],
+        required=True,
+        help="what the smoke showed",
+    )
     c.add_argument("--note", required=True, help="what was run and what it showed (required)")
     c.add_argument("--smoke", default="", help="the smoke id that was run")
     _rules(c)
@@ -109,7 +114,7 @@ def add_smoke_commands(sub: Any) -> None:
         help="exit 0 only if the claimed cause is smoke-confirmed",
         usage="mldebug-rules gate RUN_DIR --claim ID [--trust-recorded]",
     )
-    g.add_argument("run_dir", metavar="RUN_DIR")
+    g.add_argument("run_dir", metavar="RUN_DIR", help="the run directory whose smokes are checked")
     g.add_argument("--claim", required=True, metavar="ID", help="the hypothesis id claimed as the cause")
     g.add_argument(
         "--trust-recorded",

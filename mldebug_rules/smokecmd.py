@@ -71,8 +71,16 @@ def _request(run_dir: Path, args: argparse.Namespace, trust_recorded: bool = Fal
 def _check_hypothesis(kb: KnowledgeBase, hid: str | None, flag: str = "--hypothesis") -> str:
     if not hid:
         raise UsageError(f"{flag} ID is required")
-    if hid not in known_hypotheses(kb):
-        raise UsageError(f"{flag} {hid}: unknown hypothesis id (see taxonomy.yaml or `rules list`)")
+    known = known_hypotheses(kb)
+    if hid not in known:
+        import difflib
+
+        close = difflib.get_close_matches(hid.lower(), sorted(known), n=3, cutoff=0.6)
+        close += sorted(k for k in known if hid.lower() in k.lower() and k not in close)[:3]
+        hint = f"did you mean {', '.join(close)}? " if close else ""
+        raise UsageError(
+            f"{flag} {hid}: unknown hypothesis id ({hint}`mldebug-rules rules list --ids` lists them all)"
+        )
     return hid
 
 

@@ -214,9 +214,15 @@ def test_bad_patterns_raise_value_error_naming_the_pattern(engine: str) -> None:
 
 
 @pytest.mark.skipif(not hyperscan_available(), reason="hyperscan not importable")
-def test_backreference_rejected_by_hyperscan() -> None:
-    with pytest.raises(ValueError, match=r"^pattern br: hyperscan"):
-        Scanner([Pattern("br", r"(a)\1")], engine="hyperscan")
+def test_what_hyperscan_refuses_falls_back_to_python_for_that_pattern_only() -> None:
+    """A back-reference or look-ahead (which hyperscan cannot compile) is left to the Python path; the other
+    patterns stay with hyperscan and the scanner keeps working for all of them."""
+    pats = [Pattern("br", r"(\w+) again \1"), Pattern("ok", r"CUDA out of memory"), Pattern("la", r"x(?=y)")]
+    sc = Scanner(pats, engine="hyperscan")
+    assert sc.engine.startswith("hyperscan")
+    assert [f.split(":")[0] for f in sc.fallbacks] == ["pattern br", "pattern la"]
+    res = sc.scan_bytes(b"foo again foo\nfoo again bar\nCUDA out of memory\nxy\nxz\n")
+    assert [(h.pattern, h.line_no) for h in res.hits] == [(0, 1), (1, 3), (2, 4)]
 
 
 def test_engine_selection() -> None:

@@ -16,6 +16,7 @@ from conftest import FIXTURES
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mldebug_rules.collectors import lineinfo
+from mldebug_rules.collectors.metrics_generic import parse_generic
 from mldebug_rules.collectors.metrics_parse import (
     _NUMBER,
     _SKIP_KEYS,
@@ -53,6 +54,9 @@ def reference_read(path: Path, tail_window: int = 40) -> SeriesSet:
     stop_hits: list[tuple[int, str]] = []
     kinds: set[str] = set()
     first_rank = None
+    last_x: float | None = None
+    sightings: dict[str, int] = {}  # the generic reader learns a name on its second sighting
+    first: dict[str, tuple[float, float, int]] = {}
     for seg, phys, base in _segments(path):
         res = _READER.scanner.scan_bytes(seg, "ref")
         seen_line = -1
@@ -73,15 +77,32 @@ def reference_read(path: Path, tail_window: int = 40) -> SeriesSet:
                 if rank != first_rank:
                     continue
             rec = parse_record(p.parse, h.text)
+            counters = parse_generic(h.text)[1] if p.parse == "generic" else {}
             if not rec or "train_runtime" in rec:
                 continue
+            rec = {(k if k.startswith(p.prefix) else p.prefix + k): v for k, v in rec.items()}
             ordinal += 1
-            x, kind = _x_of(h.groups, rec, ordinal)
+            if "x" in counters and not h.groups:
+                x, kind = counters["x"], "step"
+            elif h.groups or last_x is None:
+                x, kind = _x_of(h.groups, rec, ordinal)
+            else:
+                x, kind = last_x, "step"
+            if kind == "step":
+                last_x = x
             kinds.add(kind)
             out.parsers.add(p.id)
             for name, value in rec.items():
-                if canonical(name) not in _SKIP_KEYS:
-                    out.add(name, x, value, line_no)
+                key = canonical(name)
+                if key in _SKIP_KEYS:
+                    continue
+                if p.parse == "generic" and sightings.get(key, 0) < 2:
+                    sightings[key] = sightings.get(key, 0) + 1
+                    if sightings[key] == 1:
+                        first[key] = (x, value, line_no)
+                        continue
+                    out.add(name, *first.pop(key))
+                out.add(name, x, value, line_no)
         total = base + (phys[-1] if phys else res.total_lines)
     out.step_kind = "entry" if kinds == {"entry"} else "step"
     near_end = [(_STOP_RANK[r], ln, r) for ln, r in stop_hits if total - ln <= tail_window]

@@ -90,3 +90,61 @@ def test_skipped_steps_panel_without_a_loss_scale_series() -> None:
     assert choose_panels(series, trends) == [("train.log", "skipped_total"), ("train.log", "loss")]
     series["train.log"]["series"]["loss_scale"] = [[0, 65536.0]]
     assert choose_panels(series, trends)[0] == ("train.log", "loss_scale")
+
+
+def test_train_and_val_share_one_panel_and_windows_have_their_own_colours(kb: object) -> None:
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    from mldebug_rules.diagnose import Request, diagnose
+    from mldebug_rules.plot import choose_panels, figure
+
+    d = diagnose(Request(run_dirs=[FIXTURES / "curves_plain_prints_overfitting"], offline=True), kb=kb)  # type: ignore[arg-type]
+    fig = figure(d)
+    try:
+        (ax,) = [a for a in fig.axes if a.get_ylabel() == "loss / val_loss"]
+        assert {ln.get_label() for ln in ax.get_lines()} >= {"loss", "val_loss"}
+        assert not [a for a in fig.axes if a.get_ylabel() == "val_loss"]  # no separate val panel
+    finally:
+        plt.close(fig)
+    series = {"t.log": {"series": {"loss": [[0, 1.0]], "val_loss": [[0, 1.0]]}, "step_kind": "step"}}
+    cited = [{"file": "t.log", "metric": "val_loss", "trend": "overfitting", "step": 0}]
+    assert choose_panels(series, cited) == [("t.log", "loss")]
+
+
+def test_each_detected_window_gets_a_distinct_colour(kb: object) -> None:
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import to_hex
+
+    from mldebug_rules.diagnose import Request, diagnose
+    from mldebug_rules.plot import figure
+
+    d = diagnose(Request(run_dirs=[FIXTURES / "curves_fairseq_fp16_collapse"], offline=True), kb=kb)  # type: ignore[arg-type]
+    fig = figure(d)
+    try:
+        spans = {
+            (p.get_label(), to_hex(p.get_facecolor()))
+            for a in fig.axes
+            for p in a.patches
+            if not p.get_label().startswith("_")
+        }
+        assert {label for label, _ in spans} >= {"loss_scale_collapse", "diverging"}
+        colour_of = dict(spans)
+        assert len(colour_of) == len(spans) == len(set(colour_of.values())), spans  # one colour per window
+    finally:
+        plt.close(fig)
+
+
+@pytest.mark.parametrize("target", ["missing-dir/curves.png", "curves.notaformat", "a-directory.png"])
+def test_an_unwritable_plot_file_exits_2_with_one_line(
+    target: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("matplotlib")
+    (tmp_path / "a-directory.png").mkdir()
+    rc = main(
+        ["diagnose", "--offline", "--plot", str(tmp_path / target), str(FIXTURES / "curves_wandb_divergence")]
+    )
+    _, err = capsys.readouterr()
+    assert rc == 2
+    assert err.strip().count("\n") == 0 and "--plot" in err and "cannot write the plot" in err

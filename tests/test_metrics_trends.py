@@ -58,9 +58,25 @@ def test_divergence_param_override() -> None:
 
 @pytest.mark.parametrize(("jitter", "flat"), [(0.01, True), (0.04, False)])
 def test_plateau_spread_threshold(jitter: float, flat: bool) -> None:
-    # 10th-90th percentile spread of the last half vs plateau_rel_range (3%) of a level of 1.0
-    loss = [1.0 + (jitter / 2 if i % 2 else -jitter / 2) for i in range(40)]
+    # 10th-90th percentile spread of the last half vs plateau_rel_range (3%) of a level of 1.0; the loss fell
+    # 3% first (less than plateau_min_drop, more than stuck_rel_tol): only the spread decides.
+    loss = [max(1.0, 1.04 - 0.004 * i) + (jitter / 2 if i % 2 else -jitter / 2) for i in range(40)]
     assert ("plateau" in _trends(_ss(loss=loss))) is flat
+
+
+@pytest.mark.parametrize(("end", "stuck"), [(0.985, True), (0.97, False)])
+def test_a_noisy_loss_stuck_at_its_initial_value(end: float, stuck: bool) -> None:
+    # spread 20% (not flat), the last half's median within stuck_rel_tol (2%) of the start, or not
+    loss = [(1.0 if i < 20 else end) + (0.1 if i % 2 else -0.1) for i in range(40)]
+    got = _trends(_ss(loss=loss))
+    assert ("plateau" in got) is stuck
+    if stuck:
+        assert "stuck" in got["plateau"].note  # type: ignore[attr-defined]
+
+
+def test_chance_level_without_a_flat_curve() -> None:
+    loss = [2.3026 + (0.2 if i % 2 else -0.2) for i in range(40)]  # noisy, at ln(10), never better
+    assert "chance_level" in _trends(_ss(loss=loss))
 
 
 def test_plateau_needs_no_improvement() -> None:
@@ -198,3 +214,26 @@ def test_detector_defaults_are_the_pack_defaults_and_documented(kb: object) -> N
     rows = dict(re.findall(r"^\| `(\w+)`[^|]* \| ([0-9.]+) \|", doc, re.M))
     for name in [*DEFAULTS, "gpu_util_low_pct"]:
         assert float(rows[name]) == float(params[name]), name
+
+
+def test_the_docs_threshold_table_is_the_curves_pack_params() -> None:
+    """docs/curves.md's parameter table lists exactly the curves pack's params, with their defaults and
+    descriptions (and rows for the other packs' params it cites name them with their pack)."""
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    root = Path(__file__).parents[1]
+    params = yaml.safe_load((root / "rules" / "core" / "curves.yaml").read_text())["params"]
+    doc = (root / "docs" / "curves.md").read_text()
+    rows = {
+        name: (float(default), desc.replace("`", "").strip())
+        for name, other, default, desc in re.findall(
+            r"^\| `(\w+)`( \(core/\w+\))? \| ([0-9.]+) \| (.*) \|$", doc, re.M
+        )
+        if not other
+    }
+    assert set(rows) == set(params), set(rows) ^ set(params)
+    for name, spec in params.items():
+        assert rows[name] == (float(spec["default"]), spec["description"].strip()), name
