@@ -153,6 +153,9 @@ def parse_csv(text: str, header: Sequence[str] | None = None) -> Iterator[tuple[
 _TABLE_DEV = re.compile(
     r"^\|\s*(\d+)\s+(.+?)\s+(?:On|Off)\s*\|\s*([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d)\s+\S+\s*\|\s*(\S+)\s*\|"
 )
+# A process holding at least this much device memory is a training job, not a stray context (a CUDA context
+# that another rank opened on GPU 0 holds a few hundred MiB): two of them on one GPU are competing jobs.
+LARGE_PROCESS_MIB = 2048
 _TABLE_PROC = re.compile(r"^\|\s+(\d+)\s+(?:\S+\s+\S+\s+)?(\d+)\s+[CGM+]+\s+\S.*?\s(\d+)MiB\s*\|")
 
 
@@ -161,6 +164,7 @@ def parse_table(text: str) -> Iterator[tuple[int, dict[str, Any], str]]:
     lines = text.splitlines()
     devices: list[tuple[int, dict[str, Any], str]] = []
     procs: dict[int, int] = {}
+    large: dict[int, int] = {}
     in_procs = False
     for i, line in enumerate(lines):
         if "Processes:" in line:
@@ -169,7 +173,10 @@ def parse_table(text: str) -> Iterator[tuple[int, dict[str, Any], str]]:
         if in_procs:
             m = _TABLE_PROC.match(line)
             if m:
-                procs[int(m.group(1))] = procs.get(int(m.group(1)), 0) + 1
+                gpu = int(m.group(1))
+                procs[gpu] = procs.get(gpu, 0) + 1
+                if int(m.group(3)) >= LARGE_PROCESS_MIB:
+                    large[gpu] = large.get(gpu, 0) + 1
             continue
         m = _TABLE_DEV.match(line)
         if not m:
@@ -195,6 +202,7 @@ def parse_table(text: str) -> Iterator[tuple[int, dict[str, Any], str]]:
     if in_procs:
         for _, attrs, _ in devices:
             attrs["processes"] = procs.get(attrs["index"], 0)
+            attrs["large_processes"] = large.get(attrs["index"], 0)
     yield from devices
 
 
@@ -208,7 +216,8 @@ def parse_q(text: str) -> Iterator[tuple[int, dict[str, Any], str]]:
             continue
         m = re.match(r"^GPU ([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d)\s*$", line)
         if m:
-            cur = {"_pci": m.group(1), "index": len(devices), "processes": 0, "_ecc": None, "_retired": None}
+            cur = {"_pci": m.group(1), "index": len(devices), "processes": 0, "large_processes": 0}
+            cur.update(_ecc=None, _retired=None)
             cur["_mask_names"] = []
             devices.append((no, cur, line.strip()))
             stack = []
@@ -258,6 +267,10 @@ def parse_q(text: str) -> Iterator[tuple[int, dict[str, Any], str]]:
             cur["remap_failure"] = value.lower() == "yes"
         elif section == "Processes" and key == "Process ID":
             cur["processes"] += 1
+        elif section == "Processes" and key == "Used GPU Memory":
+            used = _num(value, "float")
+            if used is not None and used >= LARGE_PROCESS_MIB:
+                cur["large_processes"] += 1
     out = []
     for no, cur, text_line in devices:
         names = {n.lower() for n in cur.pop("_mask_names", [])}
@@ -282,7 +295,10 @@ def parse_saved(text: str) -> Iterator[tuple[int, dict[str, Any], str]]:
     m = _NO_GPU.search(text)
     if m and not re.search(r"^GPU [0-9A-Fa-f]{4,8}:", text, re.M) and "|=" not in text:
         line = text[: m.start()].count("\n") + 1
-        yield line, {"present": False}, m.group(0)
+        lost = _LOST.search(text)
+        # "Unable to determine the device handle for GPU 0000:03:00.0: Unknown Error": the GPU is there (the
+        # driver names its bus id) but does not answer, which is not the same as no GPU at all.
+        yield line, ({"present": True, "lost": True} if lost else {"present": False}), m.group(0)
         return
     if "NVSMI LOG" in text or re.search(r"^GPU [0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:", text, re.M):
         yield from parse_q(text)

@@ -18,7 +18,7 @@ from typing import Any
 
 from ..engine.facts import Fact, FactError
 from ..engine.packs import KnowledgeBase
-from . import kernel_log, lineinfo
+from . import kernel_log, lineinfo, tracebacks
 from .base import Context, ProbeOutput, ProbeUnavailable
 from .logscan import Hit, Pattern, Scanner, ScanResult, scan_paths
 from .rundir import RunFiles, find_run_files
@@ -39,6 +39,7 @@ _STEP_TIME = (
     r"(?P<unit_pre>_ms|_s)?['\"]?\s*[:=]\s*(?P<value>\d+(?:\.\d+)?)\s*(?P<unit>ms|s)?"
 )
 _STEP_TIME_RE = re.compile(_STEP_TIME, re.I)
+REGIONS_KEPT = 200  # traceback regions per file whose lines the scanner keeps (the tail is read anyway)
 STEP_SERIES_KEPT = 64  # step-time points per rank kept from a file's tail
 # The last line of a Python traceback (the exception raised), with an optional rank prefix. Kept per rank,
 # so that the report cites each rank's own exception, not only the launcher's "exitcode: 1" about it.
@@ -97,6 +98,19 @@ class _Plan:
             self.meta.append(("traceback", None))
             patterns.append(Pattern("__exception__", _EXCEPTION, False, "all", 500))
             self.meta.append(("exception", None))
+            # Traceback regions for the exception parser: the scanner keeps the lines after each start, in the
+            # same pass (collectors/tracebacks.py).
+            patterns.append(
+                Pattern(
+                    "__traceback_region__",
+                    tracebacks.REGION_START,
+                    False,
+                    "all",
+                    REGIONS_KEPT,
+                    after=tracebacks.REGION_LINES,
+                )
+            )
+            self.meta.append(("traceback_region", None))
         # Pack patterns were compiled and checked when the packs loaded (engine/packs.py).
         self.scanner = Scanner(patterns, tail_lines=TAIL_LINES, trusted=True)
 
@@ -135,8 +149,15 @@ def _file_facts(ctx: Context, src: LogSource, res: ScanResult, plan: _Plan) -> l
     by_pattern: dict[int, list[Hit]] = {}
     for h in res.hits:
         by_pattern.setdefault(h.pattern, []).append(h)
+    if src.stream != "kernel":
+        regions = [
+            h for idx, hits in by_pattern.items() if plan.meta[idx][0] == "traceback_region" for h in hits
+        ]
+        facts += exception_facts(ctx, src, res, regions, file_rank, file_host, clock)
     for idx, hits in sorted(by_pattern.items()):
         what, obj = plan.meta[idx]
+        if what == "traceback_region":
+            continue
         if what == "kernel":
             facts += _kernel_facts(ctx, src, hits)
             continue
@@ -245,6 +266,156 @@ def _exceptions(res: ScanResult, plan: _Plan, file_rank: int | None) -> dict[str
     if len(out) > 2 * EXCEPTIONS_KEPT:
         out = out[:EXCEPTIONS_KEPT] + out[-EXCEPTIONS_KEPT:]
     return {"exceptions": out} if out else {}
+
+
+EXCEPTION_FACTS_KEPT = (
+    50  # exception facts per file: the last ones (a log printing one traceback per step keeps its latest)
+)
+BARE_FROM_END = 50  # a bare exception line counts as a failure only this close to the end of its file
+
+
+def _runs(lines: dict[int, str]) -> list[list[tuple[int, str]]]:
+    """Contiguous runs of numbered lines."""
+    out: list[list[tuple[int, str]]] = []
+    prev = -2
+    for no in sorted(lines):
+        if no != prev + 1:
+            out.append([])
+        out[-1].append((no, lines[no]))
+        prev = no
+    return out
+
+
+def exception_facts(
+    ctx: Context,
+    src: LogSource,
+    res: ScanResult,
+    regions: Sequence[Hit],
+    file_rank: int | None,
+    file_host: str,
+    clock: lineinfo.FileClock,
+) -> list[Fact]:
+    """``exception`` and ``exception.frame`` facts from the file's traceback regions and its tail."""
+    lines: dict[int, str] = {}
+    for h in regions:
+        lines[h.line_no] = h.text
+        for k, t in enumerate(h.after, 1):
+            lines.setdefault(h.line_no + k, t)
+    for no, t in res.tail:
+        lines[no] = t
+    excs: list[tracebacks.ParsedException] = []
+    used: set[int] = set()
+    if regions or any(tracebacks.HEADER in t for _, t in res.tail):
+        for run in _runs(lines):
+            if not any(tracebacks.HEADER in t for _, t in run):
+                continue
+            found = tracebacks.parse_lines(run)
+            for e in found:
+                e.chain = e.chain * 1_000_000 + run[0][0]  # unique across runs
+            excs += found
+    for e in excs:
+        used.update(range(e.line, max(e.line, e.last_line) + 1))
+    near_end = [(n, t) for n, t in res.tail if res.total_lines - n < BARE_FROM_END]
+    excs += tracebacks.bare_exceptions(near_end, used)
+    excs.sort(key=lambda e: e.line)
+    excs = excs[-EXCEPTION_FACTS_KEPT:]
+    chains: dict[int, list[tracebacks.ParsedException]] = {}
+    for e in excs:
+        chains.setdefault(e.chain, []).append(e)
+    facts: list[Fact] = []
+    seen_frames: set[tuple[object, ...]] = set()
+    reg = ctx.registry
+    for members in chains.values():
+        ordered = tracebacks.order_chain(members)
+        root, top = ordered[0], ordered[-1]
+        chain_id = f"{src.display}:{min(e.line for e in members)}"
+        for e in members:
+            inner, user = e.innermost, e.user_frame
+            rinner = root.innermost
+            rank = e.rank if e.rank is not None else lineinfo.rank_of_line(e.text, file_rank)
+            attrs: dict[str, Any] = {
+                "type": e.qual_type,
+                "bare_type": e.bare_type,
+                "family": e.family,
+                "message": e.message,
+                "errno": e.errno,
+                "errno_name": e.errno_name,
+                "strerror": e.strerror,
+                "origin": e.origin,
+                "worker": e.worker,
+                "position": e.position,
+                "link": e.link,
+                "chain": chain_id,
+                "chain_length": len(members),
+                "root_type": root.bare_type,
+                "root_family": root.family,
+                "root_errno_name": root.errno_name,
+                "root_package": rinner.package if rinner else "",
+                "surfaced_type": top.bare_type,
+                "package": inner.package if inner else "",
+                "function": _short_function(inner.function) if inner else "",
+                "module": inner.module if inner else "",
+                "user_module": user.module if user else "",
+                "user_function": _short_function(user.function) if user else "",
+                "user_lineno": user.lineno if user else -1,
+                "frames": len(e.frames),
+                "packages": ",".join(dict.fromkeys(f.package for f in e.frames)),
+                "in_traceback": e.in_traceback,
+                "from_end": max(0, res.total_lines - e.line),
+            }
+            text = lines.get(e.line) or (e.text.splitlines()[0] if e.text else "")
+            try:
+                facts.append(
+                    reg.make(
+                        "exception",
+                        attrs,
+                        file=src.display,
+                        line=e.line,
+                        text=text[:2000],
+                        ts=clock.time(e.line, text),
+                        rank=rank,
+                        host=lineinfo.host_of_line(text) or file_host,
+                    )
+                )
+            except FactError:
+                continue
+            shape = (e.qual_type, e.message, tuple((f.module, f.function, f.lineno) for f in e.frames))
+            if shape in seen_frames:
+                continue
+            seen_frames.add(shape)
+            for k, f in enumerate(reversed(e.frames)):
+                stem = f.module.rsplit("/", 1)[-1]
+                stem = stem[:-3] if stem.endswith(".py") else stem
+                fattrs = {
+                    "chain": chain_id,
+                    "bare_type": e.bare_type,
+                    "family": e.family,
+                    "position": e.position,
+                    "index": k,
+                    "package": f.package,
+                    "module": f.module,
+                    "stem": stem,
+                    "function": _short_function(f.function),
+                    "lineno": f.lineno,
+                    "user": f.package == "user",
+                }
+                with contextlib.suppress(FactError):
+                    facts.append(
+                        reg.make(
+                            "exception.frame",
+                            fattrs,
+                            file=src.display,
+                            line=f.log_line,
+                            rank=rank,
+                            text=(lines.get(f.log_line) or f.text)[:2000],
+                        )
+                    )
+    return facts
+
+
+def _short_function(name: str) -> str:
+    """IPython prints qualified names (Module._call_impl); CPython before 3.11 the bare one: keep the bare one."""
+    return name.rsplit(".", 1)[-1].strip()
 
 
 def _clock(src: LogSource, res: ScanResult) -> lineinfo.FileClock:

@@ -84,6 +84,9 @@ INLINE_MAX_BYTES = 16 << 20  # ...and scans files totalling less than this in-pr
 LAST_WINDOW = 16 << 10  # keep="last" patterns are first looked for in a segment's last 16 KiB
 _COMPRESSED_READ = 256 << 10  # compressed bytes fed per decompress call
 _ZSTD_FEED = 64 << 10  # zstd's decompressobj has no output cap: small inputs keep each output small
+_CONTEXT_BYTES = (
+    512  # each context line kept after an `after` pattern's hit is capped at this (frames are short)
+)
 _MAX_LONG_LINE_ISSUES = 20  # beyond this, over-long lines are summarised in one issue
 _NUMPY_MIN = 64 << 10  # below this, bytes.count beats numpy's per-call overhead
 _GZIP_MAGIC = b"\x1f\x8b"
@@ -97,6 +100,7 @@ class Pattern:
     ignore_case: bool = False
     keep: str = "all"  # "all": every hit (up to max_hits) | "last": only the last hit (progress lines)
     max_hits: int = 1000  # per file; beyond it hits are only counted
+    after: int = 0  # lines kept after each kept hit (Hit.after): a traceback's region, read in the same pass
 
 
 @dataclass(frozen=True)
@@ -105,6 +109,7 @@ class Hit:
     line_no: int  # 1-based physical line number in the (decompressed) file
     text: str  # the line, UTF-8 decoded with errors="replace", no terminator, capped at 4096 chars
     groups: dict[str, str]  # named groups from the Python `re` confirmation (None groups omitted)
+    after: tuple[str, ...] = ()  # the lines following it, for patterns with `after` (each capped)
 
 
 @dataclass
@@ -265,6 +270,7 @@ class _Compiled:
     candidate: re.Pattern[bytes] | None = None
     literal: bytes | None = None
     literal_icase: bool = False
+    after: int = 0
 
 
 def _with_search(comp: _Compiled, p: Pattern) -> _Compiled:
@@ -288,7 +294,7 @@ def _compile_python(index: int, p: Pattern) -> _Compiled:
     # An empty-matching pattern would hit every line (and hyperscan refuses most of them): treat as a bug.
     if confirm.search(b"") is not None:
         raise ValueError(f"pattern {p.id}: matches the empty string")
-    return _Compiled(confirm=confirm, keep_last=p.keep == "last", max_hits=p.max_hits)
+    return _Compiled(confirm=confirm, keep_last=p.keep == "last", max_hits=p.max_hits, after=max(0, p.after))
 
 
 def _has_end_anchor(regex: str) -> bool:
@@ -430,6 +436,10 @@ class _FileScan:
         self.long_cr = False  # whether the skipped line's last byte so far is a CR (of a CR LF)
         self.long_lines = 0
         self.probe = bytearray()
+        # Context lines after hits of `after` patterns: (pattern, hit index) -> lines, and the ones still open
+        # at a segment's end (they take the next segment's first lines).
+        self.context: dict[tuple[int, int], list[bytes]] = {}
+        self.open_context: list[tuple[list[bytes], int]] = []
 
     # -- chunk intake ---------------------------------------------------------------------------------
 
@@ -533,6 +543,8 @@ class _FileScan:
         sc = self.sc
         compiled = sc._compiled
         npat = len(sc.patterns)
+        if self.open_context:
+            self._continue_context(seg)
         keys = sc._candidates(seg)
         base = self.lines
         counted_to = 0  # newlines in seg[:counted_to] are already counted ...
@@ -554,7 +566,9 @@ class _FileScan:
             if end != counted_to:  # count newlines lazily: one pass over the segment in total
                 newlines += _count_newlines(seg, counted_to, end)
                 counted_to = end
-            self._record(idx, base + newlines + 1, line, m)
+            kept = self._record(idx, base + newlines + 1, line, m)
+            if kept and (compiled[idx] or sc._comp(idx)).after:
+                self._start_context(idx, seg, end)
         newlines += _count_newlines(seg, counted_to)
         if sc._last_idx:
             # Only the last hit is kept (progress lines, one per step): find the segment's last lines for
@@ -576,13 +590,44 @@ class _FileScan:
         self.lines = base + nlines
         self._keep_tail(seg, nlines, unterminated)
 
-    def _record(self, idx: int, line_no: int, line: bytes, m: re.Match[bytes]) -> None:
+    def _record(self, idx: int, line_no: int, line: bytes, m: re.Match[bytes]) -> bool:
         self.counts[idx] += 1
         comp = self.sc._comp(idx)
         if comp.keep_last:
             self.last[idx] = (line_no, line[:_TEXT_BYTES], m.groupdict())
         elif len(self.hits[idx]) < comp.max_hits:
             self.hits[idx].append((line_no, line[:_TEXT_BYTES], m.groupdict()))
+            return True
+        return False
+
+    def _start_context(self, idx: int, seg: bytes, end: int) -> None:
+        """Keep the lines after the hit just recorded (its line ends at `end` in `seg`)."""
+        lines: list[bytes] = []
+        self.context[(idx, len(self.hits[idx]) - 1)] = lines
+        want = self.sc._comp(idx).after
+        left = self._take_lines(seg, end + 1, lines, want)
+        if left:
+            self.open_context.append((lines, left))
+
+    def _continue_context(self, seg: bytes) -> None:
+        still = []
+        for lines, want in self.open_context:
+            left = self._take_lines(seg, 0, lines, want)
+            if left:
+                still.append((lines, left))
+        self.open_context = still
+
+    @staticmethod
+    def _take_lines(seg: bytes, pos: int, out: list[bytes], want: int) -> int:
+        """Append up to `want` lines of `seg` from `pos` to `out`; return how many are still wanted."""
+        n = len(seg)
+        while want and pos < n:
+            nl = seg.find(b"\n", pos)
+            stop = n if nl < 0 else nl
+            out.append(seg[pos : min(stop, pos + _CONTEXT_BYTES)])
+            want -= 1
+            pos = stop + 1
+        return want
 
     def _keep_tail(self, seg: bytes, nlines: int, unterminated: bool) -> None:
         want = min(self.tail.maxlen or 0, nlines)
@@ -613,7 +658,11 @@ class _FileScan:
             last = self.last[idx]
             if last is not None:
                 raw = [last]
-            hits.extend(Hit(idx, line_no, _text(b), _groups(g)) for line_no, b, g in raw)
+            ctx = self.context
+            hits.extend(
+                Hit(idx, line_no, _text(b), _groups(g), tuple(_text(x) for x in ctx.get((idx, i), ())))
+                for i, (line_no, b, g) in enumerate(raw)
+            )
         hits.sort(key=lambda h: (h.line_no, h.pattern))
         res.hits = hits
         res.counts = {i: c for i, c in enumerate(self.counts) if c}

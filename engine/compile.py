@@ -94,7 +94,20 @@ def compile_condition(
     # test as a list child of the node before it and overflows at 64 (error 303): behind a constant
     # equality, the lists of different rules spread over different nodes. See alpha_fanout().
     terms.sort(key=_term_rank)
+    terms = _joins_before_or(terms)
     return terms[0] if len(terms) == 1 else {"$and": terms}
+
+
+def _joins_before_or(terms: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """durable-rules silently drops a join that follows an `$or` in the same `$and` (a constant test there is
+    kept), so the pattern then matches a fact of any file or line. An `$or` placed after the joins is kept:
+    move the constant `$or` terms (from `in`) behind the joins when a pattern has both."""
+    if not any(is_join(t) for t in terms):
+        return terms
+    ors = [t for t in terms if set(t) == {"$or"} and not is_join(t)]
+    if not ors:
+        return terms
+    return [t for t in terms if not (set(t) == {"$or"} and not is_join(t))] + ors
 
 
 def _term_rank(term: Mapping[str, Any]) -> int:

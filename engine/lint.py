@@ -13,7 +13,9 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import regex
 
@@ -125,6 +127,15 @@ def _signature_problems(kb: KnowledgeBase, only: set[str] | None) -> list[Proble
                     )
                     break
     return out
+
+
+def _signature_names(pat: Mapping[str, Any]) -> list[str]:
+    cond = pat["match"].get("signature")
+    if isinstance(cond, str):
+        return [cond]
+    if isinstance(cond, dict):
+        return list(cond.get("in", [])) + ([cond["eq"]] if "eq" in cond else [])
+    return []
 
 
 def _rule_problems(kb: KnowledgeBase, only: set[str] | None) -> list[Problem]:

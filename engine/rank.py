@@ -48,7 +48,22 @@ def _noisy_or(weights: Sequence[float]) -> float:
 
 
 def _evidence_order(f: Fact) -> tuple[object, ...]:
-    return (f.file == "", f.file, f.line, f.source, f.key)
+    # On one line, the signature (the wording that matched) comes before other views of it (an exception fact).
+    return (f.file == "", f.file, f.line, f.source, f.kind != "log.signature", f.key)
+
+
+def _distinct(facts: list[Fact]) -> list[Fact]:
+    """One piece of evidence per quoted line: a signature and the exception parsed from the same line quote
+    the same text."""
+    seen: set[tuple[str, str]] = set()
+    out = []
+    for f in facts:
+        mark = (f.source, f.text)
+        if f.text and mark in seen:
+            continue
+        seen.add(mark)
+        out.append(f)
+    return out
 
 
 def rank(kb: KnowledgeBase, firings: Sequence[Firing], facts: Mapping[str, Fact]) -> list[Hypothesis]:
@@ -64,8 +79,8 @@ def rank(kb: KnowledgeBase, firings: Sequence[Firing], facts: Mapping[str, Fact]
             per_rule[f.rule] = max(per_rule.get(f.rule, 0.0), f.weight)
         info = kb.hypothesis_info(hid)
         best = max(fs, key=lambda f: (f.weight, f.role == "root", f.rule))
-        evidence = sorted(
-            {k: facts[k] for f in fs for k in f.cites if k in facts}.values(), key=_evidence_order
+        evidence = _distinct(
+            sorted({k: facts[k] for f in fs for k in f.cites if k in facts}.values(), key=_evidence_order)
         )
         hyps[hid] = Hypothesis(
             id=hid,

@@ -170,13 +170,26 @@ def diagnose(
     )
 
 
+EXCEPTION_NEAR_END = 200  # lines: an exception this close to the end of its log is the run's failure
+
+
 def unexplained_failures(facts: Sequence[Fact]) -> list[Fact]:
     """Failure evidence that no hypothesis accounts for: a Python traceback in a log's scrollback.
 
     Signatures are not used here: rules deliberately leave some root signatures unexplained (a loss-scale
     overflow during the start-up search, a stop message), and only the rules know that."""
-    out = [f for f in facts if f.kind == "log.tail" and f.attrs.get("traceback")]
-    return sorted(out, key=lambda f: (f.file or "", f.line or 0))
+    tails = [f for f in facts if f.kind == "log.tail" and f.attrs.get("traceback")]
+    # An exception near the end of a log (a traceback in the scrollback, or a bare final exception line)
+    # is a visible failure too: the one closest to the end comes first, so the report can name it.
+    excs = [
+        f
+        for f in facts
+        if f.kind == "exception"
+        and f.attrs.get("position") in ("surfaced", "only")
+        and 0 <= f.attrs.get("from_end", -1) < EXCEPTION_NEAR_END
+    ]
+    excs.sort(key=lambda f: (f.attrs.get("from_end", 0), f.file or "", -(f.line or 0)))
+    return excs + sorted(tails, key=lambda f: (f.file or "", f.line or 0))
 
 
 def facts_by_key(d: Diagnosis) -> Mapping[str, Fact]:

@@ -5,6 +5,11 @@ Labels come either from LABELS_DIR (one ``<case>.yaml`` per case: ``expected``, 
 optional ``accept``, ``difficulty`` defaulting to ``fixture``). Every case is diagnosed in-process and
 offline with one knowledge base. ``completed_normally`` counts as a hit when the verdict is ``no_failure``.
 
+A ``blind.txt`` in CASES_DIR (one case name per line, ``#`` comments) marks the cases nobody may look at while
+writing rules: the figures are reported for all cases, the non-blind ones and the blind ones, and the per-case
+lines (misses, results) leave the blind cases out unless ``--show-blind`` is given. ``--subset`` evaluates only
+the non-blind or the blind cases.
+
 Exit status: 0 whatever the accuracy; 2 for bad input (one line on stderr).
 """
 
@@ -25,6 +30,8 @@ from .errors import UsageError
 SCHEMA = "mldebug-rules/eval/v1"
 NO_FAILURE_ID = "completed_normally"
 _MAX_DEPTH = 4  # how deep expected.yaml files are looked for under CASES_DIR
+BLIND_FILE = "blind.txt"
+SUBSETS = ("all", "non-blind", "blind")
 
 
 @dataclass
@@ -34,6 +41,7 @@ class Case:
     expected: str
     accept: list[str] = field(default_factory=list)
     difficulty: str = "fixture"
+    blind: bool = False
 
 
 @dataclass
@@ -47,6 +55,7 @@ class Result:
     top1: bool
     top3: bool
     error: str | None = None
+    blind: bool = False
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
@@ -111,7 +120,27 @@ def _find_expected(root: Path) -> list[Path]:
     return out
 
 
+def read_blind(cases_dir: Path) -> set[str]:
+    """Case names listed in CASES_DIR/blind.txt (empty when there is none)."""
+    path = cases_dir / BLIND_FILE
+    if not path.is_file():
+        return set()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"{path}: cannot read ({getattr(e, 'strerror', None) or e})") from None
+    return {ln.strip() for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")}
+
+
 def load_cases(cases_dir: Path, labels_dir: Path | None) -> list[Case]:
+    cases = _load_cases(cases_dir, labels_dir)
+    blind = read_blind(cases_dir)
+    for c in cases:
+        c.blind = c.name in blind or c.path.name in blind
+    return cases
+
+
+def _load_cases(cases_dir: Path, labels_dir: Path | None) -> list[Case]:
     if not cases_dir.is_dir():
         raise UsageError(f"{cases_dir}: no such cases directory")
     cases: list[Case] = []
@@ -170,6 +199,7 @@ def evaluate(cases: Sequence[Case], rules_dirs: Sequence[Path] = ()) -> list[Res
                 top1=_hit(got[:1], verdict, c),
                 top3=_hit(got[:3], verdict, c),
                 error=error,
+                blind=c.blind,
             )
         )
     return results
@@ -179,39 +209,50 @@ def _ratio(hits: int, total: int) -> dict[str, Any]:
     return {"hits": hits, "total": total, "accuracy": round(hits / total, 4) if total else 0.0}
 
 
-def summarize(results: Sequence[Result]) -> dict[str, Any]:
-    by: dict[str, list[Result]] = {}
-    for r in results:
-        by.setdefault(r.difficulty, []).append(r)
+def _figures(results: Sequence[Result]) -> dict[str, Any]:
     return {
-        "schema": SCHEMA,
         "cases": len(results),
         "top1": _ratio(sum(r.top1 for r in results), len(results)),
         "top3": _ratio(sum(r.top3 for r in results), len(results)),
-        "by_difficulty": {
-            k: {
-                "cases": len(v),
-                "top1": _ratio(sum(r.top1 for r in v), len(v)),
-                "top3": _ratio(sum(r.top3 for r in v), len(v)),
-            }
-            for k, v in sorted(by.items())
-        },
-        "misses": [
-            {
-                "case": r.case,
-                "expected": r.expected,
-                "accept": r.accept,
-                "difficulty": r.difficulty,
-                "verdict": r.verdict,
-                "got": r.got,
-                "top3_hit": r.top3,
-                **({"error": r.error} if r.error else {}),
-            }
-            for r in results
-            if not r.top1
-        ],
-        "results": [asdict(r) for r in results],
     }
+
+
+def summarize(results: Sequence[Result], show_blind: bool = False) -> dict[str, Any]:
+    """Figures over every case, and per split when some are blind; per-case lines for the cases one may see
+    (blind ones only with ``show_blind``)."""
+    by: dict[str, list[Result]] = {}
+    for r in results:
+        by.setdefault(r.difficulty, []).append(r)
+    shown = [r for r in results if show_blind or not r.blind]
+    out: dict[str, Any] = {
+        "schema": SCHEMA,
+        **_figures(results),
+        "by_difficulty": {k: _figures(v) for k, v in sorted(by.items())},
+    }
+    if any(r.blind for r in results):
+        out["split"] = {
+            "all": _figures(results),
+            "non_blind": _figures([r for r in results if not r.blind]),
+            "blind": _figures([r for r in results if r.blind]),
+        }
+        out["blind_details"] = "shown" if show_blind else "withheld"
+    out["misses"] = [
+        {
+            "case": r.case,
+            "expected": r.expected,
+            "accept": r.accept,
+            "difficulty": r.difficulty,
+            "verdict": r.verdict,
+            "got": r.got,
+            "top3_hit": r.top3,
+            **({"error": r.error} if r.error else {}),
+            **({"blind": True} if r.blind else {}),
+        }
+        for r in shown
+        if not r.top1
+    ]
+    out["results"] = [asdict(r) for r in shown]
+    return out
 
 
 def _pct(x: dict[str, Any]) -> str:
@@ -224,6 +265,15 @@ def to_text(s: dict[str, Any]) -> str:
     for k, v in s["by_difficulty"].items():
         t1, t3 = _pct(v["top1"]), _pct(v["top3"])
         lines.append(f"  {k:12s} {v['cases']:4d} cases   top-1 {t1:>16s}   top-3 {t3:>16s}")
+    if s.get("split"):
+        lines.append("")
+        lines.append("split:")
+        for key, label in (("all", "all"), ("non_blind", "non-blind"), ("blind", "blind")):
+            v = s["split"][key]
+            t1, t3 = _pct(v["top1"]), _pct(v["top3"])
+            lines.append(f"  {label:12s} {v['cases']:4d} cases   top-1 {t1:>16s}   top-3 {t3:>16s}")
+        if s.get("blind_details") == "withheld":
+            lines.append("  (per-case lines below leave the blind cases out; --show-blind shows them)")
     lines.append("")
     if s["misses"]:
         lines.append(f"misses (top-1): {len(s['misses'])}")
@@ -241,11 +291,16 @@ def to_text(s: dict[str, Any]) -> str:
 
 def main(args: argparse.Namespace) -> int:
     cases = load_cases(Path(args.cases_dir), Path(args.labels_dir) if args.labels_dir else None)
+    subset = getattr(args, "subset", "all")
+    if subset == "non-blind":
+        cases = [c for c in cases if not c.blind]
+    elif subset == "blind":
+        cases = [c for c in cases if c.blind]
     rules = [Path(x) for x in getattr(args, "rules", [])]
     for r in rules:
         if not r.is_dir():
             raise UsageError(f"--rules {r}: no such pack directory")
-    s = summarize(evaluate(cases, rules))
+    s = summarize(evaluate(cases, rules), show_blind=getattr(args, "show_blind", False))
     fmt = getattr(args, "format", "text")
     sys.stdout.write(json.dumps(s, indent=2, sort_keys=False) + "\n" if fmt == "json" else to_text(s))
     return 0

@@ -176,6 +176,25 @@ def next_action(d: Diagnosis) -> str:
     if refuted:  # smokes ruled out everything, and nothing is left to smoke
         ids = ", ".join(h.id for h in refuted)
         return f"Smokes refuted {ids}; no live hypothesis or untested alternative is left."
+    if d.unexplained and d.unexplained[0].kind == "exception":
+        ex = exception_section(d)
+        assert ex is not None
+        sur, root = ex["surfaced"], ex["root"]
+        what = f"{sur['type']}: {sur['message']}".rstrip(": ")[:200]
+        text = f"A failure that no rule explains yet: {what} ({sur['source']})"
+        if root["source"] != sur["source"]:
+            text += f"; its root is {root['type']}: {root['message'][:160]} ({root['source']})"
+        if ex.get("raised_in"):
+            text += f", raised in {ex['raised_in']}"
+        if ex.get("user_frame"):
+            text += f"; the nearest user code is {ex['user_frame']}"
+        smoke = ex.get("smoke")
+        if smoke:
+            text += (
+                f". To split data from code, run the smoke {smoke['id']}: {smoke['description']} Then add a rule for "
+                "it (`mldebug-rules rules new`)."
+            )
+        return text
     if d.unexplained:
         f = d.unexplained[0]  # a log.tail fact whose scrollback holds a traceback
         where = f.file or f.probe or f.kind
@@ -244,6 +263,9 @@ def build(d: Diagnosis) -> dict[str, Any]:
         "scrollback": _scrollback(d),
         "signatures": _signature_hits(d),
     }
+    exc = exception_section(d)
+    if exc:
+        report["exception"] = exc
     ranks = ranks_section(d.facts)  # many ranks/nodes: the first failing rank, and the cascades it caused
     if ranks:
         report["ranks"] = ranks
@@ -260,6 +282,44 @@ def build(d: Diagnosis) -> dict[str, Any]:
     if controls:
         report["controls"] = controls
     return redact_obj(report)
+
+
+NO_WORKERS_SMOKE = "one_batch_no_workers"  # the smoke that splits data from code for any exception
+
+
+def _exc_view(f: Fact) -> dict[str, Any]:
+    a = f.attrs
+    return {
+        "type": a["type"],
+        "message": a["message"],
+        "source": f.source,
+        "origin": a["origin"] + (f" {a['worker']}" if a["origin"] == "worker" and a["worker"] >= 0 else ""),
+        "package": a["package"],
+        **({"errno": a["errno_name"] or a["errno"]} if a["errno_name"] or a["errno"] >= 0 else {}),
+    }
+
+
+def exception_section(d: Diagnosis) -> dict[str, Any] | None:
+    """The exception that ends the run (the one closest to the end of its log) and its chain's root: what it
+    is, who raised it, the nearest user code, and the smoke that splits data from code."""
+    excs = [f for f in d.facts if f.kind == "exception" and f.attrs["position"] in ("surfaced", "only")]
+    if not excs:
+        return None
+    sur = min(excs, key=lambda f: (f.attrs["from_end"], f.file, -f.line))
+    chain = [f for f in d.facts if f.kind == "exception" and f.attrs["chain"] == sur.attrs["chain"]]
+    root = next((f for f in chain if f.attrs["position"] == "root"), sur)
+    out: dict[str, Any] = {"surfaced": _exc_view(sur), "root": _exc_view(root)}
+    ra = root.attrs
+    if ra["package"]:
+        out["raised_in"] = f"{ra['package']} ({ra['module']}, {ra['function']})"
+    user = next((f for f in (root, sur) if f.attrs["user_module"]), None)
+    if user is not None:
+        ua = user.attrs
+        out["user_frame"] = f"{ua['user_module']}:{ua['user_lineno']} in {ua['user_function']}"
+    smoke = d.kb.smokes.get(NO_WORKERS_SMOKE)
+    if smoke:
+        out["smoke"] = {"id": NO_WORKERS_SMOKE, "description": " ".join(smoke["description"].split())}
+    return out
 
 
 def _scrollback(d: Diagnosis) -> list[dict[str, Any]]:
@@ -389,6 +449,19 @@ def to_text(report: dict[str, Any], markdown: bool = False) -> str:
         lines.append(f"{bullet}input: {n['text']}")
     lines.append("")
     lines += _rank_lines(report.get("ranks"), bullet, code)
+    exc = report.get("exception")
+    if exc and verdict != "no_failure":
+        sur, root = exc["surfaced"], exc["root"]
+        lines.append(f"{bullet}exception: {code}{sur['source']}{code}: {sur['type']}: {sur['message'][:160]}")
+        if root["source"] != sur["source"]:
+            lines.append(
+                f"{bullet}   root: {code}{root['source']}{code}: {root['type']}: {root['message'][:160]}"
+            )
+        if exc.get("raised_in"):
+            lines.append(f"{bullet}   raised in: {exc['raised_in']}")
+        if exc.get("user_frame"):
+            lines.append(f"{bullet}   nearest user code: {exc['user_frame']}")
+        lines.append("")
     lines.append(f"{h1}2. Hypotheses (ranked; a hypothesis is not a cause until a smoke confirms it)")
     if not report["hypotheses"]:
         lines.append(f"{bullet}none: no rule matched the evidence")

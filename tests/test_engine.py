@@ -167,6 +167,29 @@ def test_missing_join_value_never_matches(backend: str) -> None:
     assert len(run_rules(compiled, REG, [a2, b], backend).firings) == 1
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_join_after_an_in_list_is_kept(backend: str) -> None:
+    # durable-rules drops a join written after an $or (an `in` list) in the same pattern; the compiler puts
+    # the $or last so that `after` still means the same file and a later line on both backends.
+    rules = [
+        {
+            "title": "t",
+            "when": {
+                "a": {"kind": "log.signature", "match": {"signature": "x"}},
+                "b": {"kind": "log.signature", "match": {"signature": {"in": ["y", "z"]}}, "after": "a"},
+            },
+            "then": {"hypothesis": "host_oom_kill", "weight": 0.9, "alternatives": ["gpu_oom"], "smoke": "s"},
+        }
+    ]
+    compiled = compile_kb(_kb(rules))
+    a = REG.make("log.signature", {"signature": "x"}, file="a.log", line=5)
+    other_file = REG.make("log.signature", {"signature": "y"}, file="b.log", line=9)
+    earlier = REG.make("log.signature", {"signature": "z"}, file="a.log", line=2)
+    assert run_rules(compiled, REG, [a, other_file, earlier], backend).firings == []
+    later = REG.make("log.signature", {"signature": "z"}, file="a.log", line=7)
+    assert len(run_rules(compiled, REG, [a, later], backend).firings) == 1
+
+
 def test_compiled_ruleset_is_sorted_json_and_stable() -> None:
     from mldebug_rules.engine.packs import load_packs
 

@@ -51,3 +51,29 @@ def test_expected_yaml_text(cases: Path, capsys: pytest.CaptureFixture[str]) -> 
     out = capsys.readouterr().out
     assert "cases: 1" in out and "top-1: 1/1" in out and "fixture" in out
     assert "misses (top-1): none" in out
+
+
+def test_blind_cases_reported_apart_and_their_details_withheld(
+    cases: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shutil.copy(FIXTURES / "dist_peer_crash" / "expected.yaml", cases / "peer" / "expected.yaml")
+    shutil.copytree(FIXTURES / "dist_peer_crash", cases / "peer2")
+    (cases / "empty" / "expected.yaml").write_text("diagnosis: gpu_oom\n")
+    (cases / "blind.txt").write_text("# blind third\nempty\n")
+    assert main(["eval", str(cases), "--format", "json"]) == 0
+    s = json.loads(capsys.readouterr().out)
+    assert s["cases"] == 3 and s["top1"]["hits"] == 2
+    assert s["split"]["non_blind"] == {
+        "cases": 2,
+        "top1": {"hits": 2, "total": 2, "accuracy": 1.0},
+        "top3": {"hits": 2, "total": 2, "accuracy": 1.0},
+    }
+    assert s["split"]["blind"]["cases"] == 1 and s["split"]["blind"]["top1"]["hits"] == 0
+    assert s["blind_details"] == "withheld"
+    assert [r["case"] for r in s["results"]] == ["peer", "peer2"] and s["misses"] == []
+    assert main(["eval", str(cases), "--show-blind"]) == 0
+    out = capsys.readouterr().out
+    assert "blind           1 cases" in out and "empty: expected gpu_oom" in out
+    assert main(["eval", str(cases), "--subset", "non-blind", "--format", "json"]) == 0
+    s = json.loads(capsys.readouterr().out)
+    assert s["cases"] == 2 and "split" not in s
