@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import signal
 import subprocess
 import threading
@@ -125,7 +126,12 @@ class CommandResult:
 
 
 def run_command(argv: Sequence[str], timeout_s: float, env: Mapping[str, str] | None = None) -> CommandResult:
-    """Run a read-only command with a hard deadline that kills its whole process group."""
+    """Run a read-only command with a hard deadline that kills its whole process group, and afterwards
+    anything it left behind: each run is tagged with a fresh environment token that every descendant
+    inherits, even one that ``setsid``-ed or double-forked out of the group (see ``_kill_tagged``)."""
+    token = f"{os.getpid()}-{secrets.token_hex(8)}"
+    child_env = dict(env) if env is not None else dict(os.environ)
+    child_env[_TAG] = token
     try:
         proc = subprocess.Popen(
             list(argv),
@@ -133,7 +139,7 @@ def run_command(argv: Sequence[str], timeout_s: float, env: Mapping[str, str] | 
             stderr=subprocess.PIPE,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
-            env=dict(env) if env is not None else None,
+            env=child_env,
         )
     except FileNotFoundError:
         return CommandResult("unavailable", stderr=f"{argv[0]}: not found")
@@ -146,9 +152,11 @@ def run_command(argv: Sequence[str], timeout_s: float, env: Mapping[str, str] | 
             os.killpg(proc.pid, signal.SIGKILL)  # our own child, never a training process
         except OSError:
             pass
+        _kill_tagged(token)
         with contextlib.suppress(Exception):
             proc.communicate(timeout=1.0)
         return CommandResult("timeout", stderr=f"{argv[0]}: no answer within {timeout_s:g} s")
+    _kill_tagged(token)  # a daemonised grandchild of a command that did answer
     text_out = out.decode("utf-8", "replace")
     text_err = err.decode("utf-8", "replace")
     if proc.returncode != 0:
@@ -157,6 +165,34 @@ def run_command(argv: Sequence[str], timeout_s: float, env: Mapping[str, str] | 
             return CommandResult("unavailable", text_out, text_err.strip(), proc.returncode)
         return CommandResult("error", text_out, text_err.strip(), proc.returncode)
     return CommandResult("ok", text_out, text_err, 0)
+
+
+_TAG = "MLDEBUG_PROBE_RUN"
+
+
+def _kill_tagged(token: str) -> int:
+    """SIGKILL every process whose environment carries this run's token: the probe command's descendants
+    only (a training process never has it), wherever setsid or a double fork put them. Linux /proc only."""
+    needle = f"{_TAG}={token}".encode()
+    killed = 0
+    try:
+        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return 0
+    me = os.getpid()
+    for pid in pids:
+        if pid == me:
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = f.read(1 << 20)
+        except OSError:  # gone, or not ours to read (so not ours to signal either)
+            continue
+        if needle in env.split(b"\0"):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+    return killed
 
 
 Runner = Callable[[Sequence[str], float], CommandResult]

@@ -19,6 +19,7 @@ conclusions, and smoke results come from the run directory's own records, never 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Mapping
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ..engine.facts import Fact, FactError, FactRegistry
+from ..engine.safeio import Unreadable, read_capped
 from .base import Context, ProbeOutput, ProbeUnavailable
 from .rundir import find_run_files
 
@@ -50,12 +52,14 @@ class Loaded:
 
 def read_bundle(path: Path) -> dict[str, Any]:
     try:
-        size = path.stat().st_size
-        if size > MAX_BUNDLE_BYTES:
-            raise BundleError(f"{size} bytes is more than the {MAX_BUNDLE_BYTES} a bundle may have")
-        with open(path, "rb") as f:
-            doc = json.loads(f.read().decode("utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as e:
+        data = read_capped(path, MAX_BUNDLE_BYTES)
+    except Unreadable as e:
+        raise BundleError(e.reason) from None
+    except OSError as e:
+        raise BundleError(f"unreadable: {e.strerror or e}") from None
+    try:
+        doc = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
         if isinstance(e, BundleError):
             raise
         raise BundleError(f"not a JSON bundle: {type(e).__name__}: {str(e)[:200]}") from None
@@ -66,7 +70,20 @@ def read_bundle(path: Path) -> dict[str, Any]:
         raise BundleError(f"schema {schema!r} is not {SCHEMA!r}")
     if not isinstance(doc.get("facts"), list):
         raise BundleError("`facts` is missing or not a list")
+    if "checksum" in doc and doc["checksum"] != bundle_checksum(doc):
+        raise BundleError("checksum mismatch: the bundle is truncated or was edited")
     return doc
+
+
+def bundle_checksum(doc: Mapping[str, Any]) -> str:
+    """sha256 of the bundle without its ``checksum`` key, in canonical JSON (sorted keys, no spaces).
+
+    >>> bundle_checksum({"schema": SCHEMA, "facts": []}) == bundle_checksum({"facts": [], "schema": SCHEMA})
+    True
+    """
+    body = {k: v for k, v in doc.items() if k != "checksum"}
+    canon = json.dumps(body, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+    return "sha256:" + hashlib.sha256(canon.encode("utf-8")).hexdigest()
 
 
 def _count(skipped: dict[str, int], why: str) -> None:
@@ -149,6 +166,8 @@ def probe_bundles(ctx: Context) -> ProbeOutput:
             problems.append(f"{shown}: {e}")
             continue
         loaded = load_facts(doc, ctx.registry, prefix_host=len(paths) > 1)
+        if "checksum" not in doc:
+            notes.append(f"{shown}: no checksum (an older writer): whether it is whole cannot be told")
         out.facts += loaded.facts
         recorded = ", ".join(
             f"{p.get('name')} {p.get('status')}" for p in loaded.probes if p.get("status") != "ok"

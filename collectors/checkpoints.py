@@ -22,15 +22,16 @@ from __future__ import annotations
 import json
 import os
 import re
-import stat
 import struct
 from pathlib import Path
 
+from ..engine.safeio import Unreadable, open_regular
 from .base import Context, ProbeOutput, ProbeUnavailable
 from .numeric import median
 from .rundir import RunFiles, find_run_files
 
 _TAIL = 66000  # a zip's end-of-central-directory record sits in the last 65,557 bytes
+_MAX_SAFETENSORS_HEADER = 100 << 20  # safetensors caps its JSON header at 100 MB
 _MAX_ST_HEADER = 100 * 1024 * 1024
 # The step a checkpoint was written at, as HF Trainer, DeepSpeed, Lightning, Megatron and hand-written loops
 # name them. The last match in the path wins (checkpoint-1000/step_1000.pt names one step).
@@ -70,8 +71,10 @@ def inspect_bytes(head: bytes, size: int, tail: bytes, name: str) -> tuple[str, 
 
 
 def _safetensors_ok(path: Path, size: int) -> bool:
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
         (n,) = struct.unpack("<Q", f.read(8))
+        if n > min(size, _MAX_SAFETENSORS_HEADER):  # a corrupt length must not size a read
+            return False
         try:
             header = json.loads(f.read(n))
         except ValueError:
@@ -91,16 +94,13 @@ def probe_checkpoints(ctx: Context) -> ProbeOutput:
         ctx.options["_runfiles"][str(root)] = files
         entries = []
         for p in files.files("checkpoint"):
-            try:
-                st = os.stat(p)
-            except OSError as e:
-                out.detail += f"{files.rel(p)}: {e.strerror}; "
+            try:  # a FIFO or device named like a checkpoint is refused, never opened for reading
+                f = open_regular(p)
+            except Unreadable as e:
+                out.detail += f"{files.rel(p)}: {e.reason}; "
                 continue
-            if not stat.S_ISREG(st.st_mode):
-                # A FIFO would block the read until its deadline, a device never ends: not a checkpoint.
-                out.detail += f"{files.rel(p)}: not a regular file, not read; "
-                continue
-            with open(p, "rb") as f:
+            with f:
+                st = os.fstat(f.fileno())
                 head = f.read(16)
                 if st.st_size > len(head):
                     f.seek(max(0, st.st_size - _TAIL))

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from ..engine.facts import Fact, FactError
-from ..redact import is_secret_name, redact
+from ..redact import clip, is_secret_name, redact
 from .base import Context, ProbeOutput, run_command
 from .deadlines import command_timeout, hostname
 
@@ -94,7 +94,7 @@ def interesting_env(env: Mapping[str, str]) -> dict[str, str]:
         if name.startswith("SLURM_") and name not in _SLURM_KEEP:
             continue  # Slurm exports ~80 variables; these say which job and which task this is
         if name in _NAMES or name.startswith(_PREFIXES):
-            out[name] = redact(value)[:_MAX_VALUE]
+            out[name] = clip(value, _MAX_VALUE)
     return out
 
 

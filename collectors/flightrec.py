@@ -24,14 +24,18 @@ from pathlib import Path
 from typing import Any
 
 from ..engine.facts import Fact, FactError, FactRegistry
+from ..engine.safeio import Unreadable, read_capped
 from .base import Context, ProbeOutput, ProbeUnavailable
 
 MAX_DUMP_BYTES = 256 * 1024 * 1024
+MAX_RANK = 1 << 20  # a rank number past this is corrupt (no job has a million ranks): not compared
+MAX_GROUP_MEMBERS = 1 << 16  # ranks listed per process group in one dump
+MAX_MISSING_FACTS = 256  # "rank N wrote no dump" facts; the rest are counted in the last one's text
 MAX_DEPTH = 4
 _NAME = re.compile(
-    r"(?:nccl_trace_rank_|fr_trace_rank_|flight_recorder[_-]?(?:rank)?[_-]?)(\d+)(?:\.(?:pkl|pickle|json))?$"
+    r"(?:nccl_trace_rank_|fr_trace_rank_|flight_recorder[_-]?(?:rank)?[_-]?)(\d{1,9})(?:\.(?:pkl|pickle|json))?$"
 )
-_RANKS_IN = re.compile(r"\d+")
+_RANKS_IN = re.compile(r"\d{1,9}")
 
 
 class RefusedPickle(pickle.UnpicklingError):
@@ -106,11 +110,10 @@ def _group_key(entry: Mapping[str, Any]) -> str:
 
 
 def parse_dump(rank: int, path: Path, shown: str) -> Dump:
-    try:
-        size = path.stat().st_size
-        if size > MAX_DUMP_BYTES:
-            return Dump(rank, shown, "corrupt", f"{size} bytes: over the {MAX_DUMP_BYTES} byte limit")
-        data = path.read_bytes()
+    try:  # a regular file of at most MAX_DUMP_BYTES, whatever st_size says (/dev/zero says 0)
+        data = read_capped(path, MAX_DUMP_BYTES)
+    except Unreadable as e:
+        return Dump(rank, shown, "corrupt", f"unreadable: {e.reason}")
     except OSError as e:
         return Dump(rank, shown, "corrupt", f"unreadable: {e.strerror or e}")
     if not data.strip():
@@ -154,9 +157,10 @@ def parse_dump(rank: int, path: Path, shown: str) -> Dump:
         for key, cfg in config.items():
             ranks = cfg.get("ranks") if isinstance(cfg, dict) else None
             if isinstance(ranks, str):
-                d.group_ranks[str(key)] = [int(x) for x in _RANKS_IN.findall(ranks)]
+                found = _RANKS_IN.findall(ranks[: MAX_GROUP_MEMBERS * 8])
+                d.group_ranks[str(key)] = [int(x) for x in found[:MAX_GROUP_MEMBERS]]
             elif isinstance(ranks, list):
-                d.group_ranks[str(key)] = [int(x) for x in ranks if isinstance(x, int)]
+                d.group_ranks[str(key)] = [int(x) for x in ranks[:MAX_GROUP_MEMBERS] if isinstance(x, int)]
     if rank < 0 and isinstance(doc.get("rank"), int):
         d.rank = int(doc["rank"])
     return d
@@ -188,7 +192,9 @@ def _from_fact(f: Fact) -> Dump:
             d.last[str(g)] = (int(v[0]), str(v[1]), str(v[2]))
     ranks = f.extra.get("group_ranks") if isinstance(f.extra.get("group_ranks"), dict) else {}
     d.group_ranks = {
-        str(g): [int(x) for x in r if isinstance(x, int)] for g, r in ranks.items() if isinstance(r, list)
+        str(g): [int(x) for x in r[:MAX_GROUP_MEMBERS] if isinstance(x, int)]
+        for g, r in ranks.items()
+        if isinstance(r, list)
     }
     return d
 
@@ -205,25 +211,37 @@ def cross_rank(facts: Iterable[Fact], registry: FactRegistry) -> list[Fact]:
 def analyse(dumps: list[Dump], registry: FactRegistry, emit_dumps: bool = True) -> list[Fact]:
     """``flight.dump`` per file and per missing rank, ``flight.lagging_rank`` per rank behind its group."""
     facts: list[Fact | None] = []
-    by_rank = {d.rank: d for d in dumps if d.rank >= 0}
-    expected: set[int] = set(by_rank)
+    # Rank numbers come from file names and dump contents: never trusted to size anything. Sets hold only
+    # the ranks named, a rank past MAX_RANK is dropped, and the gaps are walked lazily, up to a cap.
+    by_rank = {d.rank: d for d in dumps if 0 <= d.rank <= MAX_RANK}
+    named: set[int] = set(by_rank)
     for d in dumps:
-        for ranks in d.group_ranks.values():
-            expected.update(ranks)
-    if expected:
-        expected.update(range(0, max(expected) + 1))  # dumps are written per rank: a gap is a missing rank
+        for g, ranks in d.group_ranks.items():
+            d.group_ranks[g] = [r for r in ranks[:MAX_GROUP_MEMBERS] if 0 <= r <= MAX_RANK]
+            named.update(d.group_ranks[g])
     if emit_dumps:
         facts += dump_facts(dumps, registry)
-    for r in sorted(expected - set(by_rank)):
-        facts.append(
-            _make(
-                registry,
-                "flight.dump",
-                {"status": "missing", "detail": "no dump from this rank"},
-                rank=r,
-                text=f"rank {r} wrote no flight recorder dump",
+    if named:  # dumps are written per rank: a gap below the highest rank named is a missing rank
+        top = max(named)
+        missing = top + 1 - len(by_rank)
+        shown = 0
+        for r in range(top + 1):
+            if shown >= MAX_MISSING_FACTS:
+                break
+            if r in by_rank:
+                continue
+            shown += 1
+            more = missing - shown if shown == MAX_MISSING_FACTS else 0
+            facts.append(
+                _make(
+                    registry,
+                    "flight.dump",
+                    {"status": "missing", "detail": "no dump from this rank"},
+                    rank=r,
+                    text=f"rank {r} wrote no flight recorder dump"
+                    + (f" (and {more} more ranks up to {top} did not either)" if more > 0 else ""),
+                )
             )
-        )
     ok = [d for d in dumps if d.status == "ok" and d.rank >= 0]
     groups = sorted({k for d in ok for k in d.last})
     for g in groups:

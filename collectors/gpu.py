@@ -39,6 +39,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ..engine.facts import FactError
+from ..engine.safeio import open_regular, read_up_to
 from .base import Context, ProbeOutput, ProbeUnavailable, Runner, runner_of
 from .deadlines import command_timeout, hostname
 from .gpu_nvml import throttle_attrs
@@ -318,8 +319,8 @@ def probe_gpu_files(ctx: Context) -> ProbeOutput:
         prefix = "" if len(ctx.run_dirs) == 1 else root.name.rstrip("/") + "/"
         for p in files.files("gpu"):
             try:
-                with open(p, "rb") as f:
-                    text = f.read(4 * 2**20).decode("utf-8", "replace")
+                with open_regular(p) as f:
+                    text = read_up_to(f, 4 * 2**20).decode("utf-8", "replace")
             except OSError as e:
                 out.detail += f"{files.rel(p)}: {e.strerror}; "
                 continue

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..engine.facts import FactError
+from ..engine.safeio import Unreadable, open_regular
+from ..redact import clip
 from . import kernel_log
 from .base import CommandResult, Context, ProbeOutput, ProbeUnavailable, Runner, runner_of
 from .deadlines import command_timeout, hostname
@@ -73,11 +75,14 @@ def parse_output(
 
 def _read_file(path: str) -> CommandResult:
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             f.seek(0, 2)
             size = f.tell()
             f.seek(max(0, size - 8 * 2**20))  # the newest 8 MiB is plenty for recent events
             return CommandResult("ok", f.read().decode("utf-8", "replace"))
+    except Unreadable as e:  # missing, not permitted, or a FIFO/device (never read: it could block)
+        status = "unavailable" if e.reason in ("file not found", "permission denied") else "error"
+        return CommandResult(status, stderr=e.reason)
     except FileNotFoundError:
         return CommandResult("unavailable", stderr="not found")
     except PermissionError:
@@ -167,7 +172,7 @@ def probe_kernel_live(ctx: Context) -> ProbeOutput:
             try:
                 out.facts.append(
                     ctx.registry.make(
-                        kind, attrs, file=src.label, line=no, text=text[:2000], ts=ts, host=host
+                        kind, attrs, file=src.label, line=no, text=clip(text, 2000), ts=ts, host=host
                     )
                 )
             except FactError:

@@ -29,6 +29,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from . import lineinfo
+
 _PREFIX_ISO = re.compile(r"^(\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?)\s")
 _PREFIX_CTIME = re.compile(r"^\[(\w{3} \w{3} [ \d]\d \d{2}:\d{2}:\d{2} \d{4})\]")
 
@@ -85,18 +87,18 @@ def line_time(line: str) -> float | None:
         raw = re.sub(r"([+-]\d{2})(\d{2})$", r"\1:\2", raw)
         try:
             dt = datetime.fromisoformat(raw.replace("Z", "+00:00"))
-        except ValueError:
+            if dt.tzinfo is None:
+                dt = dt.replace(tzinfo=timezone.utc)
+            return lineinfo.sane_time(dt.timestamp())
+        except (ValueError, OverflowError, OSError):  # a bad stamp costs this line its time, nothing more
             return None
-        if dt.tzinfo is None:
-            dt = dt.replace(tzinfo=timezone.utc)
-        return dt.timestamp()
     m = _PREFIX_CTIME.match(line)
     if m:
         try:
-            return (
+            return lineinfo.sane_time(
                 datetime.strptime(m.group(1), "%a %b %d %H:%M:%S %Y").replace(tzinfo=timezone.utc).timestamp()
             )
-        except ValueError:
+        except (ValueError, OverflowError, OSError):
             return None
     return None
 

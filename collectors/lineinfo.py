@@ -39,6 +39,8 @@ import re
 from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
 
+MAX_SANE_TIME = 7258118400.0  # 2200-01-01 UTC
+
 _RANK_LINE = re.compile(
     r"^\s*\[(?:rank|Rank|RANK)\s?(\d+)\]|^\s*(?:rank|Rank)\s?(\d+)\s*[:|]|\[(?:Rank|rank|RANK) (\d+)\]"
     r"|\[(?:global )?rank[:=]? ?(\d+)\]|\bRANK=(\d+)\b"
@@ -205,11 +207,23 @@ def time_of_line(line: str, ref: float | None = None, until_ref: bool = False) -
         raw += zone
     try:
         dt = datetime.fromisoformat(raw)
-    except ValueError:
+        if dt.tzinfo is None:
+            dt = dt.replace(tzinfo=timezone.utc)
+        return sane_time(dt.timestamp())
+    except (ValueError, OverflowError, OSError):  # a bad stamp costs this line its time, nothing more
         return None
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)
-    return round(dt.timestamp(), 6)
+
+
+def sane_time(t: float | None) -> float | None:
+    """`t` rounded, or None outside 1970..2200: a stamp out there is garbage, and as a year reference it would
+    push datetime past year 9999 (an exception that once cost a whole log its facts).
+
+    >>> sane_time(1.7e9), sane_time(253402300799.0), sane_time(float("nan"))
+    (1700000000.0, None, None)
+    """
+    if t is None or not (0.0 <= t <= MAX_SANE_TIME):
+        return None
+    return round(t, 6)
 
 
 def _glog_time(m: re.Match[str], ref: float | None, until_ref: bool) -> float | None:
@@ -219,6 +233,8 @@ def _glog_time(m: re.Match[str], ref: float | None, until_ref: bool) -> float | 
     elif ref is None:
         return None
     else:
+        if sane_time(ref) is None:  # a reference (a dated line, the file's mtime) out of range: no year
+            return None
         y = datetime.fromtimestamp(ref, timezone.utc).year
         years = [y - 1, y, y + 1]
     micro = int(frac[:6].ljust(6, "0")) if frac else 0
@@ -228,14 +244,14 @@ def _glog_time(m: re.Match[str], ref: float | None, until_ref: bool) -> float | 
             t = datetime(
                 y, int(mon), int(day), int(hh), int(mi), int(ss), micro, tzinfo=timezone.utc
             ).timestamp()
-        except ValueError:  # Feb 29 in a year without one, or not a date at all
+        except (ValueError, OverflowError, OSError):  # Feb 29 in a year without one, or not a date at all
             continue
         if ref is not None and until_ref:
             if t <= ref + 86400 and (best is None or t > best):  # a day's slack for zones (stamps are local)
                 best = t
         elif best is None or (ref is not None and abs(t - ref) < abs(best - ref)):
             best = t
-    return round(best, 6) if best is not None else None
+    return sane_time(best)
 
 
 class FileClock:

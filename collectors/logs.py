@@ -18,9 +18,10 @@ from typing import Any
 
 from ..engine.facts import Fact, FactError
 from ..engine.packs import KnowledgeBase
+from ..redact import clip
 from . import kernel_log, lineinfo, tracebacks
 from .base import Context, ProbeOutput, ProbeUnavailable
-from .logscan import Hit, Pattern, Scanner, ScanResult, scan_paths
+from .logscan import MATCH_TIMEOUT_S, Hit, Pattern, Scanner, ScanResult, scan_paths
 from .rundir import RunFiles, find_run_files
 
 HITS_KEPT = 20  # per signature per file, at each end
@@ -208,7 +209,7 @@ def _file_facts(ctx: Context, src: LogSource, res: ScanResult, plan: _Plan) -> l
                         attrs,
                         file=src.display,
                         line=h.line_no,
-                        text=h.text[:2000],
+                        text=clip(h.text, 2000),
                         ts=ts,
                         rank=rank,
                         host=lineinfo.host_of_line(h.text) or file_host,
@@ -228,11 +229,11 @@ def _file_facts(ctx: Context, src: LogSource, res: ScanResult, plan: _Plan) -> l
                 },
                 file=src.display,
                 line=res.tail[-1][0],
-                text=res.tail[-1][1][:2000],
+                text=clip(res.tail[-1][1], 2000),
                 rank=file_rank,
                 host=file_host,
                 extra={
-                    "scrollback": [[n, t[:500]] for n, t in res.tail[-SCROLLBACK_SHOWN:]],
+                    "scrollback": [[n, clip(t, 500)] for n, t in res.tail[-SCROLLBACK_SHOWN:]],
                     **_exceptions(res, plan, file_rank),
                 },
             )
@@ -477,7 +478,7 @@ def _step_time_facts(
                     {"seconds": round(value, 6), "from_end": max(0, res.total_lines - no)},
                     file=src.display,
                     line=no,
-                    text=text[:2000],
+                    text=clip(text, 2000),
                     ts=clock.time(no, text),
                     rank=r,
                     host=lineinfo.host_of_line(text) or file_host,
@@ -495,11 +496,29 @@ def _kernel_facts(ctx: Context, src: LogSource, hits: Sequence[Hit]) -> list[Fac
     for no, kind, attrs, ts, text in kernel_log.parse_lines((h.line_no, h.text) for h in hits):
         try:
             facts.append(
-                ctx.registry.make(kind, attrs, file=src.display, line=no, text=text[:2000], ts=ts, host=host)
+                ctx.registry.make(
+                    kind, attrs, file=src.display, line=no, text=clip(text, 2000), ts=ts, host=host
+                )
             )
         except FactError:
             continue
     return facts
+
+
+def _note_timeout(ctx: Context, plan: _Plan, idx: int, where: str, disabled: dict[str, str]) -> None:
+    """A signature whose regex hit the scanner's time bound disables its third-party pack (the contract for
+    any broken pack); a built-in signature loses only itself, since the built-in packs always stay on."""
+    obj = plan.meta[idx][1]
+    if obj is None or not hasattr(obj, "pack"):
+        return
+    why = f"signature {obj.id} exceeded the {MATCH_TIMEOUT_S:g} s match bound on {where} (catastrophic backtracking)"
+    builtin = {p.name for p in ctx.kb.packs if p.origin == "builtin"}
+    key = f"sig:{obj.id}" if obj.pack in builtin else obj.pack
+    disabled.setdefault(key, why)
+
+
+def dropped_sigs(disabled: dict[str, str]) -> set[str]:
+    return {k[4:] for k in disabled if k.startswith("sig:")}
 
 
 def probe_logs(ctx: Context) -> ProbeOutput:
@@ -511,6 +530,7 @@ def probe_logs(ctx: Context) -> ProbeOutput:
     out = ProbeOutput("logs")
     engines: set[str] = set()
     issues: list[str] = []
+    disabled: dict[str, str] = {}  # pack (or "sig:<id>" for a built-in signature) -> why
     t0 = time.monotonic()
     for stream in ("train", "scheduler", "kernel"):
         group = [s for s in sources if s.stream == stream]
@@ -521,7 +541,19 @@ def probe_logs(ctx: Context) -> ProbeOutput:
         for src, res in zip(group, results, strict=False):
             engines.add(res.engine)
             issues += [f"{src.display}: {i}" for i in res.issues]
-            out.facts += _file_facts(ctx, src, res, plan)
+            try:
+                out.facts += _file_facts(ctx, src, res, plan)
+            except Exception as e:  # one file's odd content must not cost the other files their facts
+                issues.append(f"{src.display}: facts not made: {type(e).__name__}: {str(e)[:200]}")
+            for idx in res.timed_out:
+                _note_timeout(ctx, plan, idx, src.display, disabled)
+    if disabled:
+        # Facts already made from a disabled pack's signatures (in files scanned before the timeout) go too.
+        gone = {sig.id for sig in ctx.kb.signatures if sig.pack in disabled} | dropped_sigs(disabled)
+        out.facts = [
+            f for f in out.facts if not (f.kind == "log.signature" and f.attrs.get("signature") in gone)
+        ]
+        out.payload["disabled_packs"] = {k: v for k, v in disabled.items() if not k.startswith("sig:")}
     out.payload["scanner"] = sorted(engines)
     out.payload["files"] = len(sources)
     out.payload["scan_seconds"] = time.monotonic() - t0

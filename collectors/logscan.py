@@ -14,8 +14,9 @@ Design (why it looks the way it does):
 * Semantics are per line: a pattern hits line L iff ``re.search(pattern, L)`` finds a match, where L is the
   line without its terminator (LF or CR LF) and capped at 1 MiB.  ``^``/``$``/``\\A``/``\\Z`` therefore
   mean line start/end.  Both engines only produce *candidate* lines cheaply over a whole segment and then
-  confirm each candidate with Python ``re`` on that line alone; confirmation is also what yields the named
-  groups.  Candidates are always a superset of the true hits, so the engines agree with the per-line
+  confirm each candidate on that line alone (Python ``re`` syntax, run by the ``regex`` module so that every
+  call has a timeout: a catastrophically backtracking pattern is given up, see MATCH_TIMEOUT_S);
+  confirmation is also what yields the named groups.  Candidates are always a superset of the true hits, so the engines agree with the per-line
   reference by construction.
 * Hyperscan engine: every pattern P is compiled as ``(?:P)[^\\n]*$`` in multi-line mode.  Hyperscan reports
   each distinct match end once per pattern, and with that suffix every match on a line ends at the line
@@ -35,7 +36,6 @@ import io
 import json
 import os
 import re
-import stat
 import sys
 import threading
 import time
@@ -43,6 +43,10 @@ import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, BinaryIO
+
+import regex as _regex
+
+from ..engine.safeio import Unreadable, open_regular
 
 try:  # the fast engine is optional: everything works without it, just slower
     import hyperscan as _hs
@@ -65,6 +69,7 @@ __all__ = [
     "TEXT_CHARS",
     "Hit",
     "Pattern",
+    "PatternTimeout",
     "ScanResult",
     "Scanner",
     "hyperscan_available",
@@ -89,6 +94,9 @@ _CONTEXT_BYTES = (
 )
 _MAX_LONG_LINE_ISSUES = 20  # beyond this, over-long lines are summarised in one issue
 _NUMPY_MIN = 64 << 10  # below this, bytes.count beats numpy's per-call overhead
+# One regex call (a line's confirmation, or the pure-Python engine's search over a segment) may take this long
+# before its pattern is given up for the rest of the scan: catastrophic backtracking must not hang a diagnosis.
+MATCH_TIMEOUT_S = 2.0
 _GZIP_MAGIC = b"\x1f\x8b"
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
@@ -124,6 +132,15 @@ class ScanResult:
     truncated: bool = False  # e.g. compressed stream ended early (data kept up to there)
     issues: list[str] = field(default_factory=list)  # one-liners about what could not be read
     engine: str = ""  # "hyperscan <version>" or "python-re"
+    timed_out: list[int] = field(default_factory=list)  # patterns given up here (MATCH_TIMEOUT_S exceeded)
+
+
+class PatternTimeout(Exception):
+    """A pattern's regex call ran past MATCH_TIMEOUT_S (catastrophic backtracking on this input)."""
+
+    def __init__(self, index: int) -> None:
+        super().__init__(index)
+        self.index = index
 
 
 _np: Any = None  # numpy, imported lazily (it costs ~0.1 s to import) the first time a big segment shows up
@@ -262,12 +279,29 @@ def _required_literal(compiled: re.Pattern[bytes]) -> tuple[bytes, bool] | None:
 
 @dataclass
 class _Compiled:
-    confirm: re.Pattern[bytes]  # original regex, run on one line: decides hits and yields groups
+    # The original regex, run on one line: decides hits and yields groups. Compiled with the `regex` module,
+    # whose calls take a timeout (Python's `re` cannot be interrupted, not even by a probe deadline).
+    confirm: Any
     keep_last: bool
     max_hits: int
     # The python engine's segment-wide search: the multi-line form and a required literal as a prefilter.
     # Built only for the patterns that engine looks for (see _with_search): with hyperscan that is few.
-    candidate: re.Pattern[bytes] | None = None
+    candidate: Any = None
+    index: int = -1
+    after: int = 0  # lines kept after each kept hit (a traceback's region)
+
+    def search(self, data: bytes, pos: int = 0) -> Any:
+        try:
+            return self.confirm.search(data, pos, timeout=MATCH_TIMEOUT_S)
+        except TimeoutError:
+            raise PatternTimeout(self.index) from None
+
+    def search_candidate(self, data: bytes, pos: int) -> Any:
+        try:
+            return self.candidate.search(data, pos, timeout=MATCH_TIMEOUT_S)
+        except TimeoutError:
+            raise PatternTimeout(self.index) from None
+
     literal: bytes | None = None
     literal_icase: bool = False
     after: int = 0
@@ -275,8 +309,8 @@ class _Compiled:
 
 def _with_search(comp: _Compiled, p: Pattern) -> _Compiled:
     flags = re.IGNORECASE if p.ignore_case else 0
-    comp.candidate = re.compile(_line_anchored(p.regex).encode("utf-8"), flags | re.MULTILINE)
-    lit = _required_literal(comp.confirm)
+    comp.candidate = _regex.compile(_line_anchored(p.regex).encode("utf-8"), flags | re.MULTILINE)
+    lit = _required_literal(re.compile(p.regex.encode("utf-8"), flags))
     comp.literal, comp.literal_icase = (lit[0], lit[1]) if lit else (None, False)
     return comp
 
@@ -288,13 +322,16 @@ def _compile_python(index: int, p: Pattern) -> _Compiled:
         raise ValueError(f"pattern {p.id}: max_hits must be >= 0")
     flags = re.IGNORECASE if p.ignore_case else 0
     try:
-        confirm = re.compile(p.regex.encode("utf-8"), flags)
-    except (re.error, UnicodeEncodeError, OverflowError, RecursionError) as e:
+        re.compile(p.regex.encode("utf-8"), flags)  # Python `re` syntax is the contract: validate with it
+        confirm = _regex.compile(p.regex.encode("utf-8"), flags)
+    except (re.error, _regex.error, UnicodeEncodeError, OverflowError, RecursionError) as e:
         raise ValueError(f"pattern {p.id}: {e}") from None
     # An empty-matching pattern would hit every line (and hyperscan refuses most of them): treat as a bug.
     if confirm.search(b"") is not None:
         raise ValueError(f"pattern {p.id}: matches the empty string")
-    return _Compiled(confirm=confirm, keep_last=p.keep == "last", max_hits=p.max_hits, after=max(0, p.after))
+    return _Compiled(
+        confirm=confirm, keep_last=p.keep == "last", max_hits=p.max_hits, index=index, after=max(0, p.after)
+    )
 
 
 def _has_end_anchor(regex: str) -> bool:
@@ -406,7 +443,7 @@ def _hyperscan_version() -> str:
 # Per-file state: line assembly, matching, bookkeeping
 
 
-def _last_confirmed(seg: bytes, ends: list[int], confirm: Any) -> tuple[int, bytes, re.Match[bytes]] | None:
+def _last_confirmed(seg: bytes, ends: list[int], confirm: Any) -> tuple[int, bytes, Any] | None:
     """(line start, line, match) of the last of these line ends whose line `confirm` matches."""
     for end in reversed(ends):
         start = seg.rfind(b"\n", 0, end) + 1
@@ -545,7 +582,8 @@ class _FileScan:
         npat = len(sc.patterns)
         if self.open_context:
             self._continue_context(seg)
-        keys = sc._candidates(seg)
+        skip = sc._timed_out
+        keys = sc._candidates(seg, lambda idx, seg_line: self._give_up(idx, self.lines + seg_line))
         base = self.lines
         counted_to = 0  # newlines in seg[:counted_to] are already counted ...
         newlines = 0  # ... and this is how many there are
@@ -557,10 +595,16 @@ class _FileScan:
                 continue
             prev_key = key
             end, idx = divmod(key, npat)
+            if idx in skip:
+                continue
             start = seg.rfind(b"\n", 0, end) + 1
             if start != line_start:
                 line_start, line = start, seg[start:end]
-            m = (compiled[idx] or sc._comp(idx)).confirm.search(line)
+            try:
+                m = (compiled[idx] or sc._comp(idx)).search(line)
+            except PatternTimeout:
+                self._give_up(idx, base + newlines + _count_newlines(seg, counted_to, end) + 1)
+                continue
             if m is None:
                 continue
             if end != counted_to:  # count newlines lazily: one pass over the segment in total
@@ -574,13 +618,19 @@ class _FileScan:
             # Only the last hit is kept (progress lines, one per step): find the segment's last lines for
             # those patterns (_last_ends), and confirm them from the end backwards.
             for idx, ends in sc._last_ends(seg).items():
-                confirm = (compiled[idx] or sc._comp(idx)).confirm.search
-                hit = _last_confirmed(seg, ends, confirm)
-                if hit is None:
-                    # hyperscan and Python rarely disagree on a line; if no line of the window confirms,
-                    # the whole segment is searched for this pattern before giving up on it.
-                    ends = sc._last_ends(seg, [idx], whole=True).get(idx, [])
+                if idx in skip:
+                    continue
+                confirm = (compiled[idx] or sc._comp(idx)).search
+                try:
                     hit = _last_confirmed(seg, ends, confirm)
+                    if hit is None:
+                        # hyperscan and Python rarely disagree on a line; if no line of the window confirms,
+                        # the whole segment is searched for this pattern before giving up on it.
+                        ends = sc._last_ends(seg, [idx], whole=True).get(idx, [])
+                        hit = _last_confirmed(seg, ends, confirm)
+                except PatternTimeout:
+                    self._give_up(idx, base + 1)
+                    continue
                 if hit is not None:
                     start, line, m = hit
                     self.counts[idx] += len(ends)  # matching lines in the stretch searched
@@ -590,7 +640,17 @@ class _FileScan:
         self.lines = base + nlines
         self._keep_tail(seg, nlines, unterminated)
 
-    def _record(self, idx: int, line_no: int, line: bytes, m: re.Match[bytes]) -> bool:
+    def _give_up(self, idx: int, line_no: int) -> None:
+        """Stop using pattern `idx` for the rest of this scanner's work: one call exceeded the bound."""
+        self.sc._timed_out.add(idx)
+        if idx not in self.res.timed_out:
+            self.res.timed_out.append(idx)
+            self.res.issues.append(
+                f"signature {self.sc.patterns[idx].id}: one match took over {MATCH_TIMEOUT_S:g} s "
+                f"near line {line_no} (catastrophic backtracking); not used for the rest of the scan"
+            )
+
+    def _record(self, idx: int, line_no: int, line: bytes, m: Any) -> bool:
         self.counts[idx] += 1
         comp = self.sc._comp(idx)
         if comp.keep_last:
@@ -946,6 +1006,7 @@ class Scanner:
             None if trusted and use_hs else _compile_python(i, p) for i, p in enumerate(self.patterns)
         ]
         self._relaxed: set[int] = set()
+        self._timed_out: set[int] = set()  # patterns given up after a regex call exceeded MATCH_TIMEOUT_S
         self._last_idx: list[int] = []  # keep="last" patterns searched from each segment's end
         self._hs_forms: dict[int, tuple[bytes, int]] = {}  # hyperscan expression and flags per pattern
         self._subset_dbs: dict[tuple[int, ...], Any] = {}
@@ -959,7 +1020,7 @@ class Scanner:
         try:
             for i in self._py_idx:
                 _with_search(self._comp(i), self.patterns[i])
-        except (re.error, OverflowError, RecursionError) as e:
+        except (re.error, _regex.error, OverflowError, RecursionError) as e:
             raise ValueError(f"pattern {self.patterns[i].id}: {e}") from None
 
     def _comp(self, idx: int) -> _Compiled:
@@ -1043,13 +1104,13 @@ class Scanner:
             self.fallbacks.append(f"hyperscan could not compile the pattern set: {e}")
             return None, sorted(py_idx + keep)
 
-    def _candidates(self, seg: bytes) -> list[int]:
+    def _candidates(self, seg: bytes, give_up: Any = None) -> list[int]:
         """Sorted keys ``line_end * npat + index`` of candidate (line, pattern) pairs in `seg`.
 
         line_end is the offset of the newline ending the line (len(seg) for an unterminated last line).
         Duplicates are possible; the caller confirms every candidate.
         """
-        keys = self._candidates_py(seg, self._py_idx) if self._py_idx else []
+        keys = self._candidates_py(seg, self._py_idx, give_up) if self._py_idx else []
         if self._db is not None:
             keys.extend(self._candidates_hs(seg))
         keys.sort()
@@ -1113,7 +1174,7 @@ class Scanner:
             scratch = scratches[id(db)] = _hs.Scratch(db)
         db.scan(data, match_event_handler=on_match, scratch=scratch, context=context)
 
-    def _candidates_py(self, seg: bytes, indices: list[int]) -> list[int]:
+    def _candidates_py(self, seg: bytes, indices: list[int], give_up: Any = None) -> list[int]:
         """Candidates with bytes.find (required literal) or re over the whole segment, per pattern."""
         keys: list[int] = []
         append = keys.append
@@ -1122,6 +1183,8 @@ class Scanner:
         find = seg.find
         lowered: bytes | None = None
         for idx in indices:
+            if idx in self._timed_out:
+                continue
             comp = self._comp(idx)
             lit = comp.literal
             if lit is not None:
@@ -1140,10 +1203,16 @@ class Scanner:
                     i = hfind(lit, end + 1)
                 continue
             assert comp.candidate is not None  # built in __init__ for every pattern of this path
-            search = comp.candidate.search
+            search = comp.search_candidate
             pos = 0
             while pos <= n:
-                m = search(seg, pos)
+                try:
+                    m = search(seg, pos)
+                except PatternTimeout:
+                    if give_up is not None:
+                        give_up(idx, 1 + seg.count(b"\n", 0, pos))
+                    self._timed_out.add(idx)
+                    break
                 if m is None:
                     break
                 # The line where the match starts is a candidate even if the match ran on across a newline
@@ -1164,23 +1233,12 @@ class Scanner:
     def scan_path(self, path: str | os.PathLike[str]) -> ScanResult:
         """Scan one file; never raises for unreadable, odd or binary files: see ScanResult.issues."""
         spath = os.fspath(path)
+        try:  # regular files only: a FIFO would block the open, a device never end
+            fh = open_regular(spath)
+        except Unreadable as e:
+            return self._failed(spath, e.reason)
         try:
-            st = os.stat(spath)
-            if stat.S_ISDIR(st.st_mode):
-                return self._failed(spath, "is a directory")
-            if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode):
-                return self._failed(spath, "not a regular file (device)")
-            fh = open(spath, "rb", buffering=0)  # noqa: SIM115 - closed in the finally below
-        except FileNotFoundError:
-            return self._failed(spath, "file not found")
-        except PermissionError:
-            return self._failed(spath, "permission denied")
-        except IsADirectoryError:
-            return self._failed(spath, "is a directory")
-        except OSError as e:
-            return self._failed(spath, f"cannot open: {e.strerror or e}")
-        try:
-            return self._scan_stream(fh, spath, st.st_size if stat.S_ISREG(st.st_mode) else 0)
+            return self._scan_stream(fh, spath, os.fstat(fh.fileno()).st_size)
         finally:
             fh.close()
 

@@ -19,6 +19,7 @@ import csv
 import gzip
 import json
 import math
+import os
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -26,15 +27,17 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from ..engine.safeio import Unreadable, open_regular, read_capped
 from . import lineinfo
 from .logscan import _TEXT_BYTES, LINE_MATCH_CAP, TEXT_CHARS, Pattern, Scanner
 from .metrics_generic import parse_generic
 from .metrics_series import SeriesSet, canonical, to_float
 
 CHUNK = 1 << 20
-MAX_STRUCTURED_BYTES = (
-    512 << 20
-)  # trainer_state.json and friends are read whole; beyond this they are skipped
+# trainer_state.json and friends are read whole, so parsed in memory (about 5x their size): beyond this they are
+# skipped, with an issue. 64 MiB holds a million log_history entries.
+MAX_STRUCTURED_BYTES = 64 << 20
+MAX_RECORD_BYTES = 1 << 20  # one metrics.jsonl / metrics.csv line; a longer one is skipped unread
 _NUMBER = r"[-+]?(?:nan|NaN|NAN|inf|Inf|INF|Infinity|infinity|(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)"
 _HF_PAIR = re.compile(r"'([^']{1,100})':\s*(" + _NUMBER + r")(?=[,}\s])")
 # One findall over the line instead of a split and a match per cell: a cell is what lies between two pipes
@@ -348,17 +351,18 @@ def _sampled_chunks(size: int) -> set[int] | None:
 def _segments(path: Path, notes: list[str] | None = None) -> Iterator[tuple[bytes, list[int] | None, int]]:
     """(segment of whole lines, physical-line map or None, physical lines before the segment)."""
     gz = path.name.endswith(".gz")
-    opener: Any = gzip.open if gz else open
-    keep = None if gz else _sampled_chunks(path.stat().st_size)
+    raw = open_regular(path)  # a FIFO or a device is refused (Unreadable, an OSError) before any read
+    size = os.fstat(raw.fileno()).st_size
+    keep = None if gz else _sampled_chunks(size)
     if keep is not None and notes is not None:
         notes.append(
-            f"{path.name}: {path.stat().st_size / (1 << 30):.1f} GiB: metric lines read in {len(keep)} MiB "
+            f"{path.name}: {size / (1 << 30):.1f} GiB: metric lines read in {len(keep)} MiB "
             "(start, end and evenly spaced stretches); line numbers exact"
         )
     base = 0
     carry = b""
     index = -1
-    with opener(path, "rb") as fh:
+    with raw, gzip.GzipFile(fileobj=raw, mode="rb") if gz else raw as fh:
         while True:
             chunk = fh.read(CHUNK)
             if not chunk:
@@ -459,15 +463,37 @@ def _record_x(rec: Mapping[str, Any], ordinal: int) -> tuple[float, bool]:
     return float(ordinal), False
 
 
+def bounded_lines(fh: Any, limit: int) -> Iterator[bytes | None]:
+    """The lines of a binary file, each at most `limit` bytes; a longer line is skipped (read in pieces, never
+    held) and yields None, so line numbers stay exact.
+
+    >>> import io
+    >>> list(bounded_lines(io.BytesIO(b"a\\n" + b"x" * 10 + b"\\nb"), 4))
+    [b'a\\n', None, b'b']
+    """
+    while True:
+        line = fh.readline(limit + 1)
+        if not line:
+            return
+        if len(line) <= limit:
+            yield line
+            continue
+        while not line.endswith(b"\n"):  # the rest of the over-long line, a piece at a time
+            line = fh.readline(1 << 20)
+            if not line:
+                break
+        yield None
+
+
 def read_jsonl(path: Path, display: str) -> SeriesSet:
     out = SeriesSet(display)
     has_step = False
     ordinal = 0
     try:
-        opener: Any = gzip.open if path.name.endswith(".gz") else open
-        with opener(path, "rb") as fh:
-            for line_no, raw in enumerate(fh, 1):
-                if len(raw) > (1 << 20) or not raw.strip():
+        raw_fh = open_regular(path)
+        with raw_fh, gzip.GzipFile(fileobj=raw_fh, mode="rb") if path.name.endswith(".gz") else raw_fh as fh:
+            for line_no, raw in enumerate(bounded_lines(fh, MAX_RECORD_BYTES), 1):
+                if raw is None or not raw.strip():
                     continue
                 try:
                     rec = loads_tolerant(raw)
@@ -491,8 +517,13 @@ def read_csv(path: Path, display: str) -> SeriesSet:
     out = SeriesSet(display)
     has_step = False
     try:
-        with open(path, encoding="utf-8", errors="replace", newline="") as fh:
-            reader = csv.reader(fh)
+        with open_regular(path) as fh:
+            # Over-long rows come through as empty lines: a 500 MB line is never held (csv skips blank rows).
+            lines = (
+                (b"\n" if raw is None else raw).decode("utf-8", "replace")
+                for raw in bounded_lines(fh, MAX_RECORD_BYTES)
+            )
+            reader = csv.reader(lines)
             header = next(reader, None)
             if not header:
                 return out
@@ -568,10 +599,10 @@ def read_wandb_summary(path: Path, display: str) -> SeriesSet:
 
 def _read_json(path: Path, display: str, out: SeriesSet) -> Any:
     try:
-        if path.stat().st_size > MAX_STRUCTURED_BYTES:
-            out.issues.append(f"{display}: larger than {MAX_STRUCTURED_BYTES >> 20} MiB, not read")
-            return None
-        return loads_tolerant(path.read_bytes())
+        return loads_tolerant(read_capped(path, MAX_STRUCTURED_BYTES))
+    except Unreadable as e:
+        out.issues.append(f"{display}: {e.reason}")
+        return None
     except (OSError, ValueError, RecursionError) as e:
         out.issues.append(f"{display}: not readable as JSON: {str(e)[:120]}")
         return None

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..engine.facts import Fact, FactError, FactRegistry
+from ..redact import clip
 from .flightrec import cross_rank
 from .numeric import median
 
@@ -201,7 +202,7 @@ def first_failure_facts(tl: Timeline, reg: FactRegistry) -> list[Fact]:
         },
         file=file,
         line=line,
-        text=e.text[:2000],
+        text=clip(e.text, 2000),
         ts=e.ts,
         rank=e.rank if e.rank >= 0 else None,
         host=e.host,

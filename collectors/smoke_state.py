@@ -14,11 +14,18 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ..engine.safeio import Unreadable, kind_problem, read_capped
+from ..redact import clip, redact_obj
 from .base import Context, ProbeOutput, ProbeUnavailable
 
 STATE_DIR = ".mldebug"
 STATE_FILE = "smokes.jsonl"
 OUTCOMES = ("confirmed", "refuted", "inconclusive")
+MAX_STATE_BYTES = 64 << 20  # smokes.jsonl: thousands of records fit in far less
+
+
+class StateUnusable(OSError):
+    """The smoke state file exists but cannot be used (a FIFO, a device, over its cap, unreadable)."""
 
 
 def state_path(run_dir: Path) -> Path:
@@ -27,10 +34,12 @@ def state_path(run_dir: Path) -> Path:
 
 def read_records(run_dir: Path) -> list[dict[str, Any]]:
     path = state_path(run_dir)
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        return []
+    try:  # a FIFO or device in place of the state file is never opened for reading (it would block)
+        raw = read_capped(path, MAX_STATE_BYTES)
+    except Unreadable as e:
+        if e.reason == "file not found":
+            return []
+        raise StateUnusable(f"{path}: {e.reason}") from None
     records = []
     for line in raw.splitlines():
         try:
@@ -46,16 +55,22 @@ def append_record(run_dir: Path, record: Mapping[str, Any]) -> dict[str, Any]:
     d = run_dir / STATE_DIR
     d.mkdir(exist_ok=True)
     path = d / STATE_FILE
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    # O_NONBLOCK: opening a FIFO would otherwise wait for its other end; fstat then refuses it. O_RDWR: the
+    # last byte is read back (pread) to start on a fresh line after a torn write.
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_NOFOLLOW, 0o644)
     try:
+        why = kind_problem(os.fstat(fd).st_mode)
+        if why:
+            raise StateUnusable(f"{path}: {why}")
+        os.set_blocking(fd, True)
         fcntl.flock(fd, fcntl.LOCK_EX)
         seq = max((_seq(r) for r in read_records(run_dir)), default=0) + 1
-        rec = dict(record)
+        rec = redact_obj(dict(record))  # every writer's text (notes, output tails, commands) masked here too
         rec["seq"] = seq
         line = (json.dumps(rec, sort_keys=True) + "\n").encode()
         # A crash mid-write may have left a torn last line: start on a fresh line so this record stays whole.
         size = os.fstat(fd).st_size
-        if size and _last_byte(path) != b"\n":
+        if size and os.pread(fd, 1, size - 1) != b"\n":
             line = b"\n" + line
         written = os.write(fd, line)
         if written != len(line):  # a short write (disk full): finish it while still holding the lock
@@ -125,12 +140,12 @@ def _fact(registry: Any, rec: Mapping[str, Any]) -> Any:
             "seq": _seq(rec),
             "role": _role(rec),
             "classification": str(rec.get("classification", "") or ""),
-            "reason": str(rec.get("why", "") or "")[:500],
+            "reason": clip(str(rec.get("why", "") or ""), 500),
             "program": str(rec.get("program", "") or ""),
         },
         origin="smoke",
         file=f"{STATE_DIR}/{STATE_FILE}",
         line=_seq(rec),
-        text=str(rec.get("note", "") or _summary(rec))[:500],
+        text=clip(str(rec.get("note", "") or _summary(rec)), 500),
         extra={k: rec[k] for k in ("command", "control", "classification", "note") if k in rec},
     )

@@ -19,6 +19,7 @@ import struct
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from ..engine.safeio import open_regular
 from .metrics_series import SeriesSet
 
 MAX_RECORD = 64 << 20
@@ -151,7 +152,7 @@ def read_tfevents(path: Path, display: str) -> SeriesSet:
     out.parsers.add("tfevents")
     n = 0
     try:
-        with open(path, "rb") as fh:
+        with open_regular(path) as fh:
             while True:
                 head = fh.read(12)
                 if not head:

@@ -11,7 +11,6 @@ Design answers to what was measured about durable-rules 2.0.28 (see docs/engine.
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import threading
@@ -59,7 +58,6 @@ _LOCK = threading.Lock()
 _HOST: Any = None
 _REGISTERED: set[str] = set()
 _CURRENT: dict[str, Any] = {}
-_SID = itertools.count(1)
 _PENDING: list[tuple[str, list[dict[str, Any]]]] = []
 
 
@@ -140,7 +138,7 @@ class DurableBackend:
 
         with _LOCK:
             host = _host()
-            sid = f"diag{next(_SID)}"
+            sid = "diag"  # one session, emptied before each diagnosis (_cleanup): a sid per run leaked its state
             _CURRENT.clear()
             _cleanup(host)
             _CURRENT.update(action=self._action, sid=sid, seen=set(), error=None, asserted=[])

@@ -19,6 +19,11 @@ from typing import Any
 
 import regex
 
+try:  # the regex parser is private API; the static check falls back to the dynamic one without it
+    from re import _parser as _sre_parse  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover - Python 3.10
+    import sre_parse as _sre_parse  # type: ignore[no-redef]
+
 from .compile import alpha_fanout, compile_kb, distinct_constants
 from .packs import KnowledgeBase, Rule
 
@@ -138,6 +143,115 @@ def _signature_names(pat: Mapping[str, Any]) -> list[str]:
     return []
 
 
+_REPEATS = {_sre_parse.MAX_REPEAT, _sre_parse.MIN_REPEAT}
+_SUBPATTERN = _sre_parse.SUBPATTERN
+_BRANCH = _sre_parse.BRANCH
+_PROBE_CHARS = "ab0 \t.-_:/=,x\u00e9"
+ATTACK_REPEAT = 5000  # length of the derived attack lines ("bbbb...b!"): exponential patterns die far sooner
+
+
+def _unbounded(av: Any) -> bool:
+    return av[1] == _sre_parse.MAXREPEAT or av[1] > 64
+
+
+def _unwrap(items: Any) -> list[tuple[Any, Any]]:
+    """A sequence with single plain groups unwrapped: ``((b+))`` reads as ``b+``."""
+    items = list(items)
+    while len(items) == 1 and items[0][0] == _SUBPATTERN:
+        items = list(items[0][1][-1])
+    return items
+
+
+def nested_quantifier(pattern: str, ignore_case: bool = False) -> str | None:
+    """Why `pattern` can backtrack exponentially, or None. Static: reads the parse tree.
+
+    Flagged: an unbounded repeat whose body holds another unbounded repeat with nothing else required
+    between them (``(b+)+``, ``(\\w+\\s*)*``: the outer loop can split a run of characters in exponentially
+    many ways). A required separator (``(\\w+\\.)+``) makes the split unique, so it passes. Other shapes
+    (overlapping alternatives) are left to the derived attack lines, run under a timeout.
+
+    >>> nested_quantifier("(b+)+$")
+    'nested quantifier: an unbounded repeat directly inside another'
+    >>> nested_quantifier(r"(?:\\w+\\.)+\\w+") is None
+    True
+    """
+    try:
+        parsed = _sre_parse.parse(pattern, regex.IGNORECASE if ignore_case else 0)
+    except Exception:  # not ours to report: the compile check says why it does not compile
+        return None
+    return _walk(parsed)
+
+
+def _walk(items: Any) -> str | None:
+    for op, av in items:
+        if op in _REPEATS:
+            body = _unwrap(av[2])
+            if _unbounded(av):
+                inner = [it for it in body if _holds_unbounded(it)]
+                rest = [it for it in body if not _holds_unbounded(it)]
+                rest_min = _sre_parse.SubPattern(_sre_parse.State(), rest).getwidth()[0] if rest else 0
+                if inner and rest_min == 0:
+                    return "nested quantifier: an unbounded repeat directly inside another"
+            why = _walk(av[2])
+        elif op == _SUBPATTERN:
+            why = _walk(av[-1])
+        elif op == _BRANCH:
+            why = next((w for alt in av[1] if (w := _walk(alt))), None)
+        else:
+            why = None
+        if why:
+            return why
+    return None
+
+
+def _holds_unbounded(item: tuple[Any, Any]) -> bool:
+    op, av = item
+    if op in _REPEATS:
+        return _unbounded(av)
+    if op == _SUBPATTERN:
+        return any(_holds_unbounded(it) for it in av[-1])
+    if op == _BRANCH:
+        return any(_holds_unbounded(it) for alt in av[1] for it in alt)
+    return False
+
+
+def _attack_lines(pattern: str) -> list[str]:
+    """Lines built from the pattern's own characters (``bbb...b!`` for ``(b+)+$``): a run of one character
+    the pattern repeats, then one it does not expect, is what sends a backtracking matcher exponential."""
+    chars = {c for c in pattern if c.isalnum() or c in " _-.:/=,"} | set(_PROBE_CHARS)
+    return [c * ATTACK_REPEAT + "!" for c in sorted(chars)][:64]
+
+
+def _backtracking_problems(kb: KnowledgeBase, only: set[str] | None) -> list[Problem]:
+    """Catastrophic backtracking: nested quantifiers (static), then derived attack lines under a timeout."""
+    out: list[Problem] = []
+    for sig in kb.signatures + kb.progress:  # type: ignore[operator]
+        if only and sig.pack not in only:
+            continue
+        why = nested_quantifier(sig.regex, sig.ignore_case)
+        if why:
+            out.append(Problem(sig.where, "error", f"signature {sig.id}: {why} (catastrophic backtracking)"))
+            continue
+        try:
+            pat = regex.compile(sig.regex, regex.IGNORECASE if sig.ignore_case else 0)
+        except regex.error:
+            continue  # reported by the compile check
+        for line in _attack_lines(sig.regex):
+            try:
+                pat.search(line, timeout=SLOW_SECONDS)
+            except TimeoutError:
+                out.append(
+                    Problem(
+                        sig.where,
+                        "error",
+                        f"signature {sig.id}: catastrophic backtracking on a line of {len(line) - 1} "
+                        f"{line[0]!r} characters and a '!'",
+                    )
+                )
+                break
+    return out
+
+
 def _rule_problems(kb: KnowledgeBase, only: set[str] | None) -> list[Problem]:
     out: list[Problem] = []
     sig_ids = {s.id for s in kb.signatures}
@@ -221,6 +335,7 @@ def _context_only(kb: KnowledgeBase, rule: Rule, only: set[str] | None) -> list[
 
 def lint(kb: KnowledgeBase, only_packs: set[str] | None = None) -> list[Problem]:
     problems = _signature_problems(kb, only_packs) + _rule_problems(kb, only_packs)
+    problems += _backtracking_problems(kb, only_packs)
     compiled = compile_kb(kb)
     for node, n in alpha_fanout(compiled).items():
         if n > MAX_FANOUT:

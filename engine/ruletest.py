@@ -7,10 +7,11 @@ directory, so a pack's tests exercise its signatures and rules exactly as ``diag
 from __future__ import annotations
 
 import copy
+import os
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any
 
 import cerberus
@@ -103,6 +104,9 @@ def run_case(kb: KnowledgeBase, path: Path, case: dict[str, Any], engine: str | 
                     "outcome": s["outcome"],
                     "smoke": s.get("smoke", ""),
                     "seq": i,
+                    # A case's smoke result stands for one the author obtained and checked: a trusted
+                    # record (the diagnosis below trusts records), not a pair the gate would rebuild.
+                    "role": "record",
                 },
                 origin="smoke",
                 file=".mldebug/smokes.jsonl",
@@ -119,9 +123,7 @@ def run_case(kb: KnowledgeBase, path: Path, case: dict[str, Any], engine: str | 
             if case.get("log") is not None:
                 (d / "train.log").write_text(case["log"], encoding="utf-8")
             for rel, content in (case.get("files") or {}).items():
-                p = d / rel
-                p.parent.mkdir(parents=True, exist_ok=True)
-                p.write_text(content, encoding="utf-8")
+                _write_inside(d, rel, content, str(path))
             run_dirs.append(d)
         if not run_dirs:
             run_dirs.append(Path(tmp))
@@ -129,12 +131,33 @@ def run_case(kb: KnowledgeBase, path: Path, case: dict[str, Any], engine: str | 
 
         probes = default_probes(live=False)
         d = diagnose(
-            Request(run_dirs=run_dirs, offline=True, engine=engine),
+            Request(run_dirs=run_dirs, offline=True, engine=engine, options={"trust_recorded": True}),
             kb=case_kb,
             probes=probes,
             extra_facts=extra,
         )
     return compare(case["expect"], d)
+
+
+def _write_inside(root: Path, rel: str, content: str, where: str) -> None:
+    """Write one test file under `root`, refusing any path that could land outside it.
+
+    A pack is third-party code's data: its test cases must not write anywhere else on disk. Absolute paths
+    and ``..`` are refused outright; a symlink on the way (none is made here, but the check is cheap) is
+    caught by resolving the parent and requiring it to stay under `root`."""
+    pure = PurePosixPath(rel.replace("\\", "/"))
+    if not rel or pure.is_absolute() or PureWindowsPath(rel).drive or ".." in pure.parts:
+        raise PackError(where, 0, f"files: {rel!r}: must be a relative path inside the case's run directory")
+    root_real = root.resolve()
+    target = root.joinpath(*pure.parts)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    parent_real = target.parent.resolve()
+    if parent_real != root_real and root_real not in parent_real.parents:
+        raise PackError(where, 0, f"files: {rel!r}: leaves the case's run directory")
+    # O_NOFOLLOW: a symlink already standing at the final component is not followed out of the directory.
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(content)
 
 
 def compare(expect: dict[str, Any], d: Any) -> list[str]:

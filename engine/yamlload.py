@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from .safeio import Unreadable, read_capped
+
 MAX_YAML_BYTES = 4 * 1024 * 1024  # a rule file is text a person writes; bigger means a mistake or an attack
 
 
@@ -132,10 +134,11 @@ def load_file(path: Path | str, display: str | None = None) -> Any:
     p = Path(path)
     shown = display or str(p)
     try:
-        size = p.stat().st_size
-        if size > MAX_YAML_BYTES:
-            raise YamlError(shown, 0, f"file is {size} bytes; rule files are limited to {MAX_YAML_BYTES}")
-        data = p.read_bytes()
+        data = read_capped(p, MAX_YAML_BYTES)
+    except Unreadable as e:
+        raise YamlError(
+            shown, 0, f"cannot read: {e.reason} (rule files are limited to {MAX_YAML_BYTES} bytes)"
+        ) from None
     except OSError as e:
         raise YamlError(shown, 0, f"cannot read: {e.strerror or e}") from None
     try:

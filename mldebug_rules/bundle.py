@@ -18,8 +18,11 @@ Layout (``mldebug-rules/bundle/v1``)::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from datetime import datetime, timezone
@@ -28,7 +31,7 @@ from typing import Any
 
 from . import __version__
 from .collectors.base import ProbeOutput, run_probes
-from .collectors.bundles import SCHEMA
+from .collectors.bundles import SCHEMA, bundle_checksum
 from .collectors.deadlines import hostname
 from .collectors.registry import default_probes
 from .errors import UsageError
@@ -75,6 +78,28 @@ def build_bundle(
     return redact_obj(doc)
 
 
+def write_atomically(path: Path, data: bytes) -> None:
+    """Write `data` to `path` whole or not at all: a temporary file beside it, fsync, then rename (a full disk
+    leaves no partial bundle behind, and a reader never sees a half-written one)."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or Path("."))
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    with contextlib.suppress(OSError):  # the rename itself is durable once the directory is synced
+        dfd = os.open(path.parent or Path("."), os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+
 def collect(req: Any) -> dict[str, Any]:
     """Run every probe but the bundle replayer (a bundle never nests another) and build the bundle."""
     from .diagnose import check_inputs, load_kb, probe_context
@@ -101,11 +126,12 @@ def collect_main(args: argparse.Namespace) -> int:
         offline=bool(getattr(args, "offline", False)),
     )
     doc = collect(req)
+    doc["checksum"] = bundle_checksum(doc)  # last key: a cut file loses it, an edited one fails it
     text = json.dumps(doc, indent=1, ensure_ascii=False, default=str) + "\n"
     try:
-        out.write_text(text, encoding="utf-8")
+        write_atomically(out, text.encode("utf-8"))
     except OSError as e:
-        raise UsageError(f"--out {out}: {e.strerror}") from None
+        raise UsageError(f"--out {out}: {e.strerror or e}; nothing written") from None
     states = ", ".join(f"{p['name']} {p['status']}" for p in doc["probes"])
     print(f"mldebug-rules: wrote {out}: {len(doc['facts'])} facts ({states})", file=sys.stderr)
     return 0

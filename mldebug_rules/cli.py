@@ -206,6 +206,8 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     from .diagnose import diagnose
 
     d = diagnose(_request(args))
+    for w in d.warnings:  # raised while diagnosing (a pack disabled by the scanner's time bound)
+        print(f"mldebug-rules: warning: {w}", file=sys.stderr)
     data = rep.build(d)
     if getattr(args, "plot", None):
         from .plot import PlotUnavailable, plot_diagnosis

@@ -18,7 +18,12 @@ from .engine.gate import GateResult, apply_smokes
 from .engine.packs import KnowledgeBase, load_packs
 from .engine.rank import rank
 from .engine.run import EngineResult, run_rules
+from .engine.safeio import Unreadable, open_regular
 from .errors import UsageError
+
+FACTS_KEPT_PER_KIND = 4000  # the engine sees at most this many facts of one kind (first and last half)
+MAX_ENGINE_FACTS = 40000  # and at most this many in all (durable-rules refused a batch from about 66,000)
+MAX_SKIP_NOTES = 20  # skipped inputs named one by one in the warnings; the rest are counted
 
 # Fact kinds that count as "something was actually read" for the verdict.
 _EVIDENCE_KINDS = (
@@ -59,6 +64,7 @@ class Diagnosis:
     scanner: str
     unexplained: list[Fact] = field(default_factory=list)
     inputs: list[Any] = field(default_factory=list)  # inputs.InputNote: what was not read, and why
+    warnings: list[str] = field(default_factory=list)  # raised during this diagnosis (the kb has its own)
 
 
 def check_inputs(req: Request) -> None:
@@ -76,6 +82,10 @@ def check_inputs(req: Request) -> None:
                 raise UsageError(f"{flag} {p}: no such file")
             if p.is_dir():
                 raise UsageError(f"{flag} {p}: is a directory")
+            try:  # a named input that cannot be read is bad usage, not "no failure found"
+                open_regular(p).close()
+            except Unreadable as e:
+                raise UsageError(f"{flag} {p}: {e.reason}") from None
     if not (req.run_dirs or req.logs or req.kernel_logs or req.bundles) and req.offline:
         raise UsageError("nothing to diagnose: give a RUN_DIR, --log, --kernel-log or --bundle")
 
@@ -140,7 +150,18 @@ def diagnose(
     outputs = run_probes(ctx, list(probes) if probes is not None else default_probes(live=not req.offline))
     facts: list[Fact] = [f for o in outputs for f in o.facts] + list(extra_facts)
     facts += rank_facts(facts, kb.registry)  # across ranks: first failure, stragglers, stalls
-    result = run_rules(compiled, kb.registry, facts, req.engine)
+    engine_facts, dropped = bound_facts(facts)
+    result = run_rules(compiled, kb.registry, engine_facts, req.engine)
+    warnings: list[str] = [
+        f"{n} {kind} facts beyond the first and last of their kind were counted, not reasoned over"
+        for kind, n in sorted(dropped.items())
+    ]
+    disabled = {k: v for o in outputs for k, v in o.payload.get("disabled_packs", {}).items()}
+    if disabled:
+        # A pack disabled while scanning (a regex past its time bound) loses its rules for this diagnosis.
+        gone = {r.id for r in kb.rules if r.pack in disabled}
+        result.firings = [f for f in result.firings if f.rule not in gone]
+        warnings += [f"pack disabled: {pack}: {why}" for pack, why in sorted(disabled.items())]
     hyps = rank(kb, result.firings, result.facts)
     gate = apply_smokes(kb, hyps, facts, trust_recorded=bool(req.options.get("trust_recorded")))
     evidence_seen = any(
@@ -149,6 +170,13 @@ def diagnose(
     if gate.verdict == "no_failure" and (not evidence_seen or any(n.blocking for n in notes)):
         # Nothing read, or a named input that held nothing to read: that is not a healthy run.
         gate.verdict = "uncertain"
+    skipped = skipped_inputs(ctx, facts)
+    if skipped:
+        warnings += [f"input not read: {s}" for s in skipped[:MAX_SKIP_NOTES]]
+        if len(skipped) > MAX_SKIP_NOTES:
+            warnings.append(f"input not read: {len(skipped) - MAX_SKIP_NOTES} more")
+        if gate.verdict == "no_failure":  # what was not read may hold the failure: never a confident "no"
+            gate.verdict = "uncertain"
     unexplained = unexplained_failures(facts) if gate.verdict == "no_failure" else []
     if unexplained:
         # A traceback or a root-role signature that no rule explains is a failure we do not know yet: saying
@@ -167,10 +195,61 @@ def diagnose(
         unexplained=unexplained,
         inputs=notes,
         scanner=", ".join(scanners) or "none",
+        warnings=warnings,
     )
 
 
 EXCEPTION_NEAR_END = 200  # lines: an exception this close to the end of its log is the run's failure
+
+
+def skipped_inputs(ctx: Context, facts: Sequence[Fact]) -> list[str]:
+    """Input the probes passed over: run-directory limits (depth, file count, unlistable folders) and log files
+    that could not be read (FIFOs, devices, permissions). Each one is shown, and rules out "no failure"."""
+    out: list[str] = []
+    for root, files in sorted(ctx.options.get("_runfiles", {}).items()):
+        out += [f"{root}: {issue}" for issue in getattr(files, "issues", [])]
+    out += [
+        f"{f.file}: {f.text or 'unreadable'}"
+        for f in facts
+        if f.kind == "log.file" and not f.attrs.get("readable", True)
+    ]
+    return out
+
+
+def bound_facts(facts: Sequence[Fact], per_kind: int | None = None) -> tuple[list[Fact], dict[str, int]]:
+    """The facts the engine gets: per kind, the first and last FACTS_KEPT_PER_KIND / 2 (in input order), and
+    how many of each kind were left out. A bundle or a log with 80,000 facts otherwise exhausts durable-rules
+    (it refused the batch from about 66,000); the ends of each kind are where failures show.
+
+    >>> from mldebug_rules.engine.facts import FactRegistry
+    >>> reg = FactRegistry.load()
+    >>> fs = [reg.make("probe.status", {"probe": f"p{i}", "status": "ok", "detail": ""}) for i in range(5)]
+    >>> kept, dropped = bound_facts(fs, per_kind=2)
+    >>> [f.attrs["probe"] for f in kept], dropped
+    (['p0', 'p4'], {'probe.status': 3})
+    """
+    n = FACTS_KEPT_PER_KIND if per_kind is None else per_kind
+    kept, dropped = _bound(facts, n)
+    while len(kept) > MAX_ENGINE_FACTS and n > 2:  # many crowded kinds: tighten every kind alike
+        n //= 2
+        kept, dropped = _bound(facts, n)
+    return kept, dropped
+
+
+def _bound(facts: Sequence[Fact], per_kind: int) -> tuple[list[Fact], dict[str, int]]:
+    by_kind: dict[str, list[int]] = {}
+    for i, f in enumerate(facts):
+        by_kind.setdefault(f.kind, []).append(i)
+    head = per_kind - per_kind // 2
+    tail = per_kind // 2
+    drop: set[int] = set()
+    dropped: dict[str, int] = {}
+    for kind, idx in by_kind.items():
+        if len(idx) > per_kind:
+            middle = idx[head : len(idx) - tail]
+            drop.update(middle)
+            dropped[kind] = len(middle)
+    return [f for i, f in enumerate(facts) if i not in drop], dropped
 
 
 def unexplained_failures(facts: Sequence[Fact]) -> list[Fact]:

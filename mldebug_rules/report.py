@@ -14,7 +14,7 @@ from .collectors.ranks import report_section as ranks_section
 from .diagnose import Diagnosis
 from .engine.facts import Fact
 from .engine.rank import Hypothesis
-from .redact import redact_obj
+from .redact import clip, redact_obj
 
 SCHEMA = "mldebug-rules/report/v1"
 MAX_EVIDENCE = 8
@@ -23,7 +23,7 @@ _HIDDEN_KINDS = ("probe.status",)
 
 def _evidence_text(f: Fact) -> str:
     if f.text:
-        return f.text.strip()[:500]
+        return clip(f.text.strip(), 500)
     parts = [f"{k}={v}" for k, v in sorted(f.attrs.items()) if v not in ("", -1, -1.0, None)]
     return f"{f.kind}: " + ", ".join(parts)
 
@@ -271,8 +271,9 @@ def build(d: Diagnosis) -> dict[str, Any]:
         report["ranks"] = ranks
     if d.inputs:  # inputs not read (the tool's own outputs) or holding nothing to read
         report["inputs"] = [n.as_dict() for n in d.inputs]
-    if d.kb.warnings:
-        report["warnings"] = list(d.kb.warnings)
+    warnings = list(d.kb.warnings) + list(getattr(d, "warnings", []))
+    if warnings:
+        report["warnings"] = warnings
     smokes = _smokes_section(d)  # smoke pairs (baseline, change) and results recorded by hand
     if smokes:
         report["smokes"] = smokes
@@ -447,6 +448,8 @@ def to_text(report: dict[str, Any], markdown: bool = False) -> str:
         )
     for n in report.get("inputs", []):
         lines.append(f"{bullet}input: {n['text']}")
+    for w in report.get("warnings", []):
+        lines.append(f"{bullet}warning: {w}")
     lines.append("")
     lines += _rank_lines(report.get("ranks"), bullet, code)
     exc = report.get("exception")

@@ -13,13 +13,16 @@ import selectors
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from .collectors.logscan import Pattern, Scanner
 from .engine.packs import KnowledgeBase
+from .redact import redact
 
 HEAD_BYTES = 64 << 10
 TAIL_BYTES = 192 << 10
@@ -40,11 +43,25 @@ class Execution:
     error: str = ""  # the command could not be started
 
     def output(self) -> bytes:
-        """Head and tail; a marker where the middle was dropped."""
+        """Head and tail, redacted; a marker where the middle was dropped.
+
+        Redaction runs on whole lines only: a line the head/tail cut split in two is dropped, since a
+        secret cut in half (a URL password without its ``@``) no longer looks like one."""
         if self.total_bytes <= len(self.head) + len(self.tail):
-            return self.head + self.tail
+            return redact((self.head + self.tail).decode("utf-8", "replace")).encode("utf-8")
         dropped = self.total_bytes - len(self.head) - len(self.tail)
-        return self.head + f"\n[... {dropped} bytes not kept ...]\n".encode() + self.tail
+        head = self.head.decode("utf-8", "replace").rpartition("\n")[0]
+        tail = self.tail.decode("utf-8", "replace").partition("\n")[2]
+        marker = f"\n[... {dropped} bytes not kept, and the lines cut at either side ...]\n"
+        return (redact(head) + marker + redact(tail)).encode("utf-8")
+
+    def tail_text(self, lines: int = 40, chars: int = 4000) -> str:
+        """The last lines of output, redacted before any cut (the first, partial line of the tail dropped)."""
+        data = self.tail or self.head
+        text = data.decode("utf-8", "replace")
+        if self.tail and not self.head.endswith(b"\n"):
+            text = text.partition("\n")[2]  # began before the tail was kept
+        return redact("\n".join(text.splitlines()[-lines:]))[-chars:]
 
 
 def signature_scanner(kb: KnowledgeBase) -> Scanner:
@@ -112,6 +129,58 @@ class _Capture:
         return bytes(self.head), tail
 
 
+def _die_with_parent(parent: int) -> Callable[[], None] | None:
+    """A preexec hook (Linux): the child gets SIGKILL when `smoke run` dies, even by SIGKILL itself, so a
+    smoke never outlives its runner with no timeout. None where prctl is not available."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        prctl = libc.prctl
+    except (OSError, AttributeError):
+        return None
+
+    def hook() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # the runner died before the prctl took effect
+            os._exit(137)
+
+    return hook
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+@contextlib.contextmanager
+def _forward_signals(proc: subprocess.Popen[bytes]) -> Iterator[None]:
+    """While the smoke runs, SIGTERM/SIGHUP/SIGINT to `smoke run` go to the smoke's whole process group
+    (it runs in its own session), and then end `smoke run` as they would have."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers can only be set from the main thread
+        return
+    previous: dict[int, Any] = {}
+
+    def handler(signum: int, _frame: Any) -> None:
+        _kill_group(proc, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(KILL_GRACE_S)
+        _kill_group(proc, signal.SIGKILL)
+        signal.signal(signum, previous.get(signum, signal.SIG_DFL))
+        raise SystemExit(128 + signum)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        with contextlib.suppress(ValueError, OSError):
+            previous[sig] = signal.signal(sig, handler)
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            with contextlib.suppress(ValueError, OSError):
+                signal.signal(sig, old)
+
+
 def _kill_group(proc: subprocess.Popen[bytes], sig: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, sig)
@@ -130,7 +199,8 @@ def run_command(
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
-            start_new_session=True,
+            start_new_session=True,  # its own session and process group: killed as a whole
+            preexec_fn=_die_with_parent(os.getpid()),
         )
     except OSError as e:
         return Execution(list(argv), None, False, 0.0, b"", b"", 0, error=f"{argv[0]}: {e.strerror or e}")
@@ -143,25 +213,26 @@ def run_command(
     timed_out = False
     eof = False
     try:
-        while not eof:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                timed_out = True
-                break
-            if sel.select(min(left, 0.5)):
-                eof = not _drain(fd, cap)
-            # The command may exit while a grandchild keeps the pipe open (and even keeps writing to it):
-            # the smoke is over when the command is; the group is killed below.
-            if proc.poll() is not None:
-                break
-        if timed_out:
-            _kill_group(proc, signal.SIGTERM)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(KILL_GRACE_S)
-            _kill_group(proc, signal.SIGKILL)
-            proc.wait()
-        else:
-            proc.wait()
+        with _forward_signals(proc):
+            while not eof:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    timed_out = True
+                    break
+                if sel.select(min(left, 0.5)):
+                    eof = not _drain(fd, cap)
+                # The command may exit while a grandchild keeps the pipe open (and even keeps writing to it):
+                # the smoke is over when the command is; the group is killed below.
+                if proc.poll() is not None:
+                    break
+            if timed_out:
+                _kill_group(proc, signal.SIGTERM)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(KILL_GRACE_S)
+                _kill_group(proc, signal.SIGKILL)
+                proc.wait()
+            else:
+                proc.wait()
         _drain(fd, cap)
     finally:
         # Whatever the smoke left running in its group (workers, a stuck rank) must not outlive it.
@@ -193,11 +264,6 @@ def _drain(fd: int, cap: _Capture) -> bool:
         if not data:
             return False
         cap.feed(data)
-
-
-def tail_lines(data: bytes, lines: int = 40, chars: int = 4000) -> str:
-    text = data.decode("utf-8", "replace")
-    return "\n".join(text.splitlines()[-lines:])[-chars:]
 
 
 def failure_signatures(kb: KnowledgeBase) -> set[str]:

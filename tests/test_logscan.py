@@ -325,7 +325,7 @@ def test_permission_denied_via_open(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     def deny(*_a: object, **_k: object) -> None:
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr("builtins.open", deny)
+    monkeypatch.setattr("os.open", deny)  # the scanner opens through engine/safeio.py (os.open, O_NONBLOCK)
     assert Scanner(PATS).scan_path(p).issues == ["permission denied"]
 
 
@@ -502,7 +502,9 @@ def test_keep_last_falls_back_when_the_window_does_not_confirm(monkeypatch: pyte
         [Pattern("oom", "CUDA out of memory"), Pattern("step", r"step \d+", keep="last", max_hits=1)]
     )
     assert sc._last_idx == [1]
-    sc._comp(1).confirm = re.compile(rb"step 1\b")  # stands in for a hyperscan/re disagreement
+    sc._comp(1).confirm = __import__("regex").compile(
+        rb"step 1\b"
+    )  # stands in for a hyperscan/re disagreement
     data = b"".join(f"step {i} loss 2.0\n".encode() for i in range(1, 200))
     res = sc.scan_bytes(data)
     assert [(h.pattern, h.line_no, h.text) for h in res.hits] == [(1, 1, "step 1 loss 2.0")]
