@@ -25,7 +25,9 @@ REPO = Path(__file__).resolve().parents[1]
 TRAINER = str(Path(__file__).with_name("stand_in_trainer.py"))
 HOOK = REPO / "examples" / "hooks" / "claim-gate.sh"
 BIG = [sys.executable, TRAINER, "--batch-size", "32", "--max-steps", "1"]
-SMALL = [sys.executable, TRAINER, "--batch-size", "1", "--max-steps", "1"]
+# Two steps: a single step line is not read as training progress on main as of this writing (the metrics
+# reader wants two records); the pair protocol, not the reader, is what these tests are about.
+SMALL = [sys.executable, TRAINER, "--batch-size", "1", "--max-steps", "2"]
 SECRET = "hf_" + "Zq8" * 10  # a token shape the redactor knows, written here so no real one is needed
 
 
@@ -347,7 +349,7 @@ def test_secrets_are_redacted(oom: Path) -> None:
     leaky = [
         sys.executable,
         "-c",
-        f"print('step 1 | loss 1.0'); print('token {SECRET}')",
+        f"print('step 1 | loss 1.0'); print('step 2 | loss 0.9'); print('token {SECRET}')",
         "--api-key",
         SECRET,
     ]
@@ -374,7 +376,11 @@ def test_long_smoke_reports_progress_and_is_bounded(oom: Path) -> None:
     async def on_progress(p: float, total: float | None, message: str | None) -> None:
         progress.append((p, total, message))
 
-    slow = [sys.executable, "-c", "import time; time.sleep(1.5); print('step 1 | loss 1.0')"]
+    slow = [
+        sys.executable,
+        "-c",
+        "import time; time.sleep(1.5); print('step 1 | loss 1.0'); print('step 2 | loss 0.9')",
+    ]
     hang = [sys.executable, "-c", "import time; time.sleep(600)"]
 
     async def body(c: Any) -> None:
