@@ -270,7 +270,7 @@ def test_with_no_live_process_every_event_is_kept(tmp_path: Path) -> None:
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 STACK_BUNDLES = [
     *sorted(FIXTURES.glob("**/hang_stacks_*/node.mldebug.json")),
-    FIXTURES / "healthy" / "stacks_slow_trainer" / "node.mldebug.json",
+    FIXTURES / "hang_stacks_control_slow_trainer" / "node.mldebug.json",
 ]
 
 
