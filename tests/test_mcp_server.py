@@ -25,9 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 TRAINER = str(Path(__file__).with_name("stand_in_trainer.py"))
 HOOK = REPO / "examples" / "hooks" / "claim-gate.sh"
 BIG = [sys.executable, TRAINER, "--batch-size", "32", "--max-steps", "1"]
-# Two steps: a single step line is not read as training progress on main as of this writing (the metrics
-# reader wants two records); the pair protocol, not the reader, is what these tests are about.
-SMALL = [sys.executable, TRAINER, "--batch-size", "1", "--max-steps", "2"]
+SMALL = [sys.executable, TRAINER, "--batch-size", "1", "--max-steps", "1"]
 SECRET = "hf_" + "Zq8" * 10  # a token shape the redactor knows, written here so no real one is needed
 
 
