@@ -167,6 +167,19 @@ def build_parser() -> argparse.ArgumentParser:
         "--subset", choices=["all", "non-blind", "blind"], default="all", help="cases to evaluate (blind.txt)"
     )
     e.add_argument("--show-blind", action="store_true", help="print the blind cases' per-case results too")
+
+    m = sub.add_parser(
+        "mcp", help="serve the tools to coding agents over MCP (stdio; needs the [agent] extra)"
+    )
+    m.add_argument("--root", action="append", default=[], metavar="DIR", help="allowed run dirs (default: .)")
+    m.add_argument("--allow-run", action="store_true", help="let smoke_run run the commands it is given")
+    m.add_argument(
+        "--progress-every",
+        type=float,
+        default=5.0,
+        metavar="S",
+        help="seconds between smoke_run progress reports",
+    )
     return p
 
 
@@ -265,6 +278,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return evaluate.main(args)
 
 
+def cmd_mcp(args: argparse.Namespace) -> int:
+    from . import mcp_server
+
+    return mcp_server.main(args)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -289,6 +308,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "gate": cmd_gate,
         "collect": cmd_collect,
         "eval": cmd_eval,
+        "mcp": cmd_mcp,
     }[args.command]
     try:
         return handler(args)

@@ -340,7 +340,9 @@ def _plan_controls(
     return out
 
 
-def plan(args: argparse.Namespace) -> int:
+def plan_data(args: argparse.Namespace) -> dict[str, Any]:
+    """The plan as data (schema smoke-plan/v1): what `smoke plan --format json` prints and the MCP tool
+    returns."""
     run_dir = _run_dir(args.run_dir)
     d = diagnose(_request(run_dir, args))
     kb, g = d.kb, d.gate
@@ -392,6 +394,11 @@ def plan(args: argparse.Namespace) -> int:
             recipe, _ = concrete_recipe(d, args.run_dir, kb.smokes[sids[0]])
             item["controls"] = _plan_controls(args.run_dir, hid, sids[0], recipe, found, timeout)
         out["hypotheses"].append(item)
+    return out
+
+
+def plan(args: argparse.Namespace) -> int:
+    out = plan_data(args)
     if getattr(args, "format", "text") == "json":
         sys.stdout.write(json.dumps(out, indent=2, ensure_ascii=False) + "\n")
     else:
@@ -523,7 +530,12 @@ def training_progress(path: Path) -> int:
     return sum(1 for line in text.splitlines() if all(parse_generic(line[:2000])))
 
 
-def run(args: argparse.Namespace) -> int:
+def run_smoke(
+    args: argparse.Namespace, execute: Any = run_command
+) -> tuple[dict[str, Any], GateResult, Mapping[str, Any] | None]:
+    """Run one half of a pair (args.argv, never a string from a log), append its record to the state file
+    and re-evaluate the gate: the record as written, the gate now, and the smoke's spec. ``execute`` is
+    ``run_command`` or a caller's wrapper around it (the MCP server reports progress while it runs)."""
     run_dir = _run_dir(args.run_dir)
     argv = list(args.argv or [])
     if not argv:
@@ -545,7 +557,7 @@ def run(args: argparse.Namespace) -> int:
     original = _original_signatures(kb, d.gate, hid)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     before = read_records(run_dir)
-    ex = run_command(argv, float(args.timeout), signature_scanner(kb))
+    ex = execute(argv, float(args.timeout), signature_scanner(kb))
     if ex.error:
         raise UsageError(f"smoke run: cannot start the command: {ex.error}")
     output_file = _save_output(run_dir, ex, stamp)
@@ -562,7 +574,7 @@ def run(args: argparse.Namespace) -> int:
         "classification": outcome,
         "why": why,
         "command": redact(shlex.join(argv)),
-        "program": program_of(argv),
+        "program": redact(program_of(argv)),  # `-c` code is the script, secrets and all
         "exit_code": ex.exit_code,
         "duration_s": ex.duration_s,
         "timeout_s": float(args.timeout),
@@ -584,8 +596,12 @@ def run(args: argparse.Namespace) -> int:
         # environment the tool runs in) or not at all; the pair is kept, and says so.
         record["same_command_as_baseline"] = bool(base and base.get("command") == record["command"])
     rec = append_record(run_dir, record)
-    g = reevaluate(d, run_dir)
-    _report_run(args.run_dir, rec, g, d.kb.smokes.get(sid))
+    return rec, reevaluate(d, run_dir), d.kb.smokes.get(sid)
+
+
+def run(args: argparse.Namespace) -> int:
+    rec, g, spec = run_smoke(args)
+    _report_run(args.run_dir, rec, g, spec)
     return 0
 
 
@@ -657,7 +673,8 @@ def _seq_of(p: Pair, rec: Mapping[str, Any]) -> bool:
 
 
 # --- record ---------------------------------------------------------------------------------------
-def record(args: argparse.Namespace) -> int:
+def record_smoke(args: argparse.Namespace) -> dict[str, Any]:
+    """Append a hand-recorded result (kept as `recorded`) to the state file; the record as written."""
     run_dir = _run_dir(args.run_dir)
     if not args.outcome:
         raise UsageError("smoke record: --outcome confirmed|refuted|inconclusive is required")
@@ -683,9 +700,14 @@ def record(args: argparse.Namespace) -> int:
             "time": time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()),
         },
     )
+    return rec
+
+
+def record(args: argparse.Namespace) -> int:
+    rec = record_smoke(args)
     print(
-        f"recorded #{rec['seq']} (by hand): {hid} {args.outcome}"
-        + (f" ({sid})" if sid else "")
+        f"recorded #{rec['seq']} (by hand): {rec['hypothesis']} {args.outcome}"
+        + (f" ({rec['smoke']})" if rec["smoke"] else "")
         + f" in {state_path(Path(args.run_dir))}"
     )
     print(
@@ -710,13 +732,25 @@ def _last_decisive(h: Hypothesis) -> Any:
     return next((f for f in reversed(h.smoke_results) if f.attrs.get("role") in ("change", "record")), None)
 
 
-def gate(args: argparse.Namespace) -> int:
+def gate_check(args: argparse.Namespace) -> dict[str, Any]:
+    """The gate's decision as data: passed, the hypothesis' status, the missing half of its pair (None when
+    a pair decided it), its pairs, and the explanation `gate` prints (its first line is the verdict)."""
     run_dir = _run_dir(args.run_dir)
     trust = bool(getattr(args, "trust_recorded", False))
     d = diagnose(_request(run_dir, args, trust_recorded=trust))
     g = d.gate
     claim = _check_hypothesis(d.kb, args.claim, "--claim")
     allowed, h = claim_allowed(g, claim)
+    lines: list[str] = []
+    state = pair_state(g, claim)
+    out: dict[str, Any] = {
+        "claim": claim,
+        "passed": bool(allowed and h is not None),
+        "status": h.status if h else "not raised",
+        "missing": None if allowed else state["missing"],
+        "pairs": state["pairs"],
+        "lines": lines,
+    }
     if allowed and h is not None:
         last = _last_decisive(h)
         how = (
@@ -725,34 +759,35 @@ def gate(args: argparse.Namespace) -> int:
             else ("a smoke pair")
         )
         via = f" by {how}, {last.source}" if last is not None else ""
-        print(f"gate: PASS: {claim} is smoke-confirmed{via}")
-        return 0
-    print(f"gate: FAIL: {claim} is not smoke-confirmed; do not claim it as the cause yet")
+        lines.append(f"gate: PASS: {claim} is smoke-confirmed{via}")
+        out["reason"] = f"{claim} is smoke-confirmed{via}"
+        return out
+    lines.append(f"gate: FAIL: {claim} is not smoke-confirmed; do not claim it as the cause yet")
     if claim in g.not_decided:
-        print(f"  a smoke result for it was not counted: {g.not_decided[claim]}")
+        lines.append(f"  a smoke result for it was not counted: {g.not_decided[claim]}")
     if h is None:
-        print(f"  missing: nothing in {args.run_dir} raised {claim}, and no smoke pair confirmed it")
+        lines.append(f"  missing: nothing in {args.run_dir} raised {claim}, and no smoke pair confirmed it")
     elif h.status == "refuted":
         last = _last_decisive(h)
-        print(f"  refuted by a smoke ({last.source if last is not None else 'state file'}); look elsewhere")
+        lines.append(
+            f"  refuted by a smoke ({last.source if last is not None else 'state file'}); look elsewhere"
+        )
     else:
         cites = ", ".join(f.source for f in h.evidence[:3]) or "none"
-        print(f"  status: hypothesis (score {h.score:.2f}; evidence {cites})")
+        lines.append(f"  status: hypothesis (score {h.score:.2f}; evidence {cites})")
     hand = [r for r in g.recorded if r.hypothesis == claim and r.outcome == "confirmed"]
     if hand and not trust:
-        print(
+        lines.append(
             f"  recorded by hand as confirmed ({', '.join(r.source for r in hand)}), which the gate counts only "
             "with --trust-recorded"
         )
-    state = pair_state(g, claim)
     for pr in state["pairs"]:
-        for line in pair_lines(pr, "  "):
-            print(line)
+        lines.extend(pair_lines(pr, "  "))
     if state["missing"] and (h is None or h.status == "hypothesis"):
-        print(f"  missing: {_MISSING[state['missing']]}")
+        lines.append(f"  missing: {_MISSING[state['missing']]}")
     confirmed = [x.id for x in g.hypotheses if x.status == "confirmed" and x.id != claim]
     if confirmed:
-        print(f"  smoke-confirmed instead: {', '.join(confirmed)}")
+        lines.append(f"  smoke-confirmed instead: {', '.join(confirmed)}")
     sids = smokes_for(d.kb, claim, h)
     if sids:
         spec = d.kb.smokes[sids[0]]
@@ -762,21 +797,30 @@ def gate(args: argparse.Namespace) -> int:
         recipe, _ = concrete_recipe(d, args.run_dir, spec)
         base = apply_recipe(found.argv, conditions_of(recipe)).argv if found else None
         change = apply_recipe(found.argv, recipe).argv if found else None
-        print(f"  settle it with smoke {sids[0]}: {spec['description']}")
-        print(
+        lines.append(f"  settle it with smoke {sids[0]}: {spec['description']}")
+        lines.append(
             f"    1. baseline: {smoke_run_cmd(args.run_dir, claim, sids[0], True, 600.0, base, baseline=True)}"
         )
-        print(f"    2. change:   {smoke_run_cmd(args.run_dir, claim, sids[0], True, 600.0, change)}")
+        lines.append(f"    2. change:   {smoke_run_cmd(args.run_dir, claim, sids[0], True, 600.0, change)}")
     else:
         hint = d.kb.taxonomy.get(claim, {}).get("smoke")
-        print(
+        lines.append(
             f"  no smoke is declared for it in the packs; suggested check: {hint or 'a discriminating check'}"
         )
-        print(
+        lines.append(
             f"    run it as a pair: smoke run {shlex.quote(args.run_dir)} --hypothesis {claim} --baseline -- "
             "COMMAND, then the changed command"
         )
-    print(
+    lines.append(
         f"    a check run by hand (counted only with --trust-recorded): {smoke_record_cmd(args.run_dir, claim)}"
     )
-    return 1
+    # The first line after the verdict says why: not counted, not raised, refuted, or still a hypothesis.
+    out["reason"] = lines[1].strip()
+    return out
+
+
+def gate(args: argparse.Namespace) -> int:
+    result = gate_check(args)
+    for line in result["lines"]:
+        print(line)
+    return 0 if result["passed"] else 1
