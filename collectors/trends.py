@@ -36,6 +36,7 @@ DEFAULTS: dict[str, float] = {
     "chance_abs_tol": 0.01,
     "overfit_val_rise": 0.05,
     "overfit_min_val_points": 4,
+    "overfit_rising_evals": 3,
     "mem_growth_frac": 0.10,
     "mem_increasing_share": 0.5,
     "mem_min_points": 20,
@@ -373,6 +374,11 @@ def _overfitting(loss: Series, val: Series, p: Mapping[str, float]) -> list[Tren
     if lo >= len(vy) - 1 or vy[lo] <= 0:
         return []
     end = _med(vy[-2:])
+    # A steady climb (each of the last N evaluations above the one before) is no noise: its last value counts.
+    n = int(p["overfit_rising_evals"])
+    tail = vy[max(lo, len(vy) - n - 1) :]
+    if n >= 1 and len(tail) == n + 1 and all(b > a for a, b in pairwise(tail)):
+        end = vy[-1]
     rise = (end - vy[lo]) / vy[lo]
     if rise < p["overfit_val_rise"]:
         return []
