@@ -44,7 +44,7 @@ _PAIR = re.compile(
 )
 _RATE = re.compile(
     r"(?<![\w.])(\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?)\s*"
-    r"(?:tok(?:en)?s?|samples?|imgs?|images?|seqs?|sequences?)/s(?:ec)?\b",
+    r"(?:tok(?:en)?s?|samples?|examples?|imgs?|images?|seqs?|sequences?)/s(?:ec)?\b",
     re.I,
 )
 _COUNTER = re.compile(

@@ -42,6 +42,8 @@ DEFAULTS: dict[str, float] = {
     "mem_min_points": 20,
     "mem_rising_stretches": 0.7,
     "throughput_drop_frac": 0.3,
+    "throughput_decay_stretches": 0.6,
+    "throughput_decay_step": 0.02,
     "data_wait_share": 0.4,
     "skipped_steps_min": 10,
     "loss_scale_collapse_factor": 256.0,
@@ -548,6 +550,7 @@ def _throughput(tp: Series | None, st: Series | None, p: Mapping[str, float]) ->
         return []
     ws = _i(xs[len(ys) - q])
     return [
+        *_throughput_decay(xs, ys, drop, src, line_of, p),
         Trend(
             "throughput",
             "throughput_drop",
@@ -559,6 +562,37 @@ def _throughput(tp: Series | None, st: Series | None, p: Mapping[str, float]) ->
             line=line_of(xs[-1]),
             note=f"throughput (from {src}) fell {drop:.0%}: median {early:.4g} early vs {late:.4g} at the "
             "end",
+        ),
+    ]
+
+
+def _throughput_decay(
+    xs: Sequence[float], ys: Sequence[float], drop: float, src: str, line_of: Any, p: Mapping[str, float]
+) -> list[Trend]:
+    """A drop that came as a slow slide: the median fell from stretch to stretch over most of the run. A
+    heating (throttling) GPU slows this way; a starved input pipeline is slow from the start or in steps."""
+    start = max(1, len(ys) // 10)
+    body = ys[start:]
+    k = min(8, len(body) // 2)
+    if k < 4:
+        return []
+    size = len(body) / k
+    meds = [_med(body[int(i * size) : int((i + 1) * size)]) for i in range(k)]
+    # Noise moves a median a little either way; a slide moves it down by more than throughput_decay_step.
+    falls = sum(1 for a, b in pairwise(meds) if b < a * (1.0 - p["throughput_decay_step"])) / (k - 1)
+    if falls < p["throughput_decay_stretches"]:
+        return []
+    return [
+        Trend(
+            "throughput",
+            "throughput_decay",
+            value=round(drop, 4),
+            step=_i(xs[start]),
+            window_start=_i(xs[start]),
+            window_end=_i(xs[-1]),
+            points=len(body),
+            line=line_of(xs[-1]),
+            note=f"throughput (from {src}) slid down {drop:.0%}, falling in {falls:.0%} of the run's stretches",
         )
     ]
 
