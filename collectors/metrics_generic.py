@@ -39,7 +39,8 @@ _NUMTOK = r"[-+]?(?:nan|inf(?:inity)?|\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+\.?\d*(?:[
 _PAIR = re.compile(
     rf"(?<![\w./@-])['\"]?(?P<name>(?:{_QUAL}[ ](?=[A-Za-z]))?(?!{_LINK}\s)[A-Za-z][\w./@-]*)['\"]?"
     rf"(?:\s*[:=]\s*|\s+(?:{_LINK}\s+)?)['\"]?(?P<num>{_NUMTOK})['\"]?"
-    r"(?P<unit>ms|us|s|%|[KMGT]i?B|[KMGT](?![A-Za-z]))?(?![\w.:/])",
+    # a time may be per iteration ("0.385s/it", "12ms/step"): still seconds of that iteration
+    r"(?P<unit>ms|us|s|%|[KMGT]i?B|[KMGT](?![A-Za-z]))?(?:(?<=s)/(?:it|iter|step|batch))?(?![\w.:/])",
     re.I,
 )
 _RATE = re.compile(

@@ -602,10 +602,17 @@ def _data_wait(ss: SeriesSet, p: Mapping[str, float]) -> list[Trend]:
     PyTorch examples' ``Time``/``Data``, detectron2, mmengine, Megatron's batch-generator timer), else from a
     profiler summary (one share for the whole profiled stretch)."""
     out = _meter_share(ss.get("data_time"), ss.get("step_time"), p)
-    return out or _profile_share(ss, p)
+    return (
+        out
+        or _meter_share(ss.get("data_time"), ss.get("compute_time"), p, apart=True)
+        or _profile_share(ss, p)
+    )
 
 
-def _meter_share(data: Series | None, st: Series | None, p: Mapping[str, float]) -> list[Trend]:
+def _meter_share(
+    data: Series | None, st: Series | None, p: Mapping[str, float], apart: bool = False
+) -> list[Trend]:
+    """``apart``: ``st`` is the compute time printed beside the data time, so the step is their sum."""
     if data is None or st is None:
         return []
     step_time = dict(zip(st.steps, st.values, strict=False))
@@ -613,6 +620,8 @@ def _meter_share(data: Series | None, st: Series | None, p: Mapping[str, float])
     xs = []
     for x, d in zip(data.steps, data.values, strict=False):
         t = step_time.get(x)
+        if apart and t is not None:
+            t += d
         if t is not None and t > 0 and math.isfinite(d) and math.isfinite(t):
             shares.append(min(1.0, d / t))
             xs.append(x)
