@@ -93,7 +93,21 @@ _CSV_FIELDS: dict[str, tuple[str, str]] = {
     "retired_pages.double_bit.count": ("_retired_dbe", "int"),
     "remapped_rows.failure": ("remap_failure", "yesno"),
     "pci.bus_id": ("_pci", "str"),
+    "clocks.sm": ("_sm", "float"),
+    "clocks.current.sm": ("_sm", "float"),
+    "clocks.max.sm": ("_sm_max", "float"),
+    "clocks.max.graphics": ("_gr_max", "float"),
+    "clocks.gr": ("_gr", "float"),
+    "clocks.current.graphics": ("_gr", "float"),
 }
+
+
+def _clock_pct(raw: dict[str, Any]) -> float | None:
+    """The SM (else graphics) clock as a percentage of its maximum, when both were read."""
+    for cur, top in (("_sm", "_sm_max"), ("_gr", "_gr_max")):
+        if raw.get(cur) is not None and raw.get(top):
+            return round(100.0 * float(raw[cur]) / float(raw[top]), 1)
+    return None
 
 
 def _num(raw: str, kind: str) -> Any:
@@ -120,6 +134,9 @@ def _finish(raw: dict[str, Any]) -> tuple[dict[str, Any], str]:
     attrs = {k: v for k, v in raw.items() if not k.startswith("_") and v is not None}
     if raw.get("_mask") is not None:
         attrs.update(throttle_attrs(raw["_mask"]))
+    pct = _clock_pct(raw)
+    if pct is not None:
+        attrs["sm_clock_pct"] = pct
     if raw.get("_retired_sbe") is not None or raw.get("_retired_dbe") is not None:
         attrs["retired_pages"] = int(raw.get("_retired_sbe") or 0) + int(raw.get("_retired_dbe") or 0)
     return attrs, str(raw.get("_pci") or "")
@@ -251,6 +268,9 @@ def parse_q(text: str) -> Iterator[tuple[int, dict[str, Any], str]]:
         ):
             if cur.get("power_w") is None:
                 cur["power_w"] = _num(value, "float")
+        elif section in ("Clocks", "Max Clocks") and key in ("SM", "Graphics"):
+            slot = ("_sm" if key == "SM" else "_gr") + ("_max" if section == "Max Clocks" else "")
+            cur[slot] = _num(value, "float")
         elif section in ("Clocks Throttle Reasons", "Clocks Event Reasons") and value == "Active":
             cur["_mask_names"].append(key)
         elif section == "ECC Errors" and len(path) > 2 and path[1] == "Volatile":
@@ -280,6 +300,9 @@ def parse_q(text: str) -> Iterator[tuple[int, dict[str, Any], str]]:
             attrs["ecc_uncorrected"] = cur["_ecc"]
         if cur.get("_retired") is not None:
             attrs["retired_pages"] = cur["_retired"]
+        pct = _clock_pct(cur)
+        if pct is not None:
+            attrs["sm_clock_pct"] = pct
         throttles = sorted(n.replace(" ", "_") for n in names if n != "idle")
         attrs.update(
             throttle=",".join(throttles),

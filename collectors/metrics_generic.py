@@ -31,18 +31,21 @@ _QUAL = (
     r"(?:train|training|val|valid|validation|eval|test|dev|avg|average|mean|running|max|min|peak|grad|"
     r"gradient|loss|data|batch|step|iter|lm|total|global|gpu|cuda|elapsed|learning)"
 )
+# Prose prints ("average training loss is 2.01", "val loss was 0.9"): the linking verb joins, it is no name.
+_LINK = r"(?:is|was|are|were|now|became)"
 _NUMTOK = r"[-+]?(?:nan|inf(?:inity)?|\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?)"
 # A name is a word (letters first; `@ / . -` allowed inside: Acc@1, train/loss), with an optional qualifier
 # word before it. The number must end the token: `eta: 0:30:00`, `1875/1875` and `trainer.py:412` are not pairs.
 _PAIR = re.compile(
-    rf"(?<![\w./@-])['\"]?(?P<name>(?:{_QUAL}[ ](?=[A-Za-z]))?[A-Za-z][\w./@-]*)['\"]?"
-    rf"(?:\s*[:=]\s*|\s+)['\"]?(?P<num>{_NUMTOK})['\"]?"
-    r"(?P<unit>ms|us|s|%|[KMGT]i?B|[KMGT](?![A-Za-z]))?(?![\w.:/])",
+    rf"(?<![\w./@-])['\"]?(?P<name>(?:{_QUAL}[ ](?=[A-Za-z]))?(?!{_LINK}\s)[A-Za-z][\w./@-]*)['\"]?"
+    rf"(?:\s*[:=]\s*|\s+(?:{_LINK}\s+)?)['\"]?(?P<num>{_NUMTOK})['\"]?"
+    # a time may be per iteration ("0.385s/it", "12ms/step"): still seconds of that iteration
+    r"(?P<unit>ms|us|s|%|[KMGT]i?B|[KMGT](?![A-Za-z]))?(?:(?<=s)/(?:it|iter|step|batch))?(?![\w.:/])",
     re.I,
 )
 _RATE = re.compile(
     r"(?<![\w.])(\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?)\s*"
-    r"(?:tok(?:en)?s?|samples?|imgs?|images?|seqs?|sequences?)/s(?:ec)?\b",
+    r"(?:tok(?:en)?s?|samples?|examples?|imgs?|images?|seqs?|sequences?)/s(?:ec)?\b",
     re.I,
 )
 _COUNTER = re.compile(

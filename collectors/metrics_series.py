@@ -81,6 +81,8 @@ _ALIASES: dict[str, tuple[str, ...]] = {
         "time_per_step",
         "train_step_time",
     ),
+    # the training step's own time when a log prints it apart from the data wait ("data 0.4s | compute 0.04s")
+    "compute_time": ("compute", "compute_time", "model_time", "forward_backward_time", "fwd_bwd_time"),
     "data_time": (
         "data",
         "data_time",

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..engine.safeio import open_regular
 from .own_outputs import is_own_output
 
 MAX_DEPTH = 6
@@ -59,6 +61,26 @@ def classify(name: str) -> str | None:
     return None
 
 
+# A saved `nvidia-smi --query-gpu=... --format=csv` log keeps whatever name its author gave it
+# (gpu_stats.csv, smi_log.csv): its header, made of nvidia-smi's own field names, says what it is.
+_SMI_CSV_FIELDS = re.compile(
+    rb"(?:^|,)\s*(?:utilization\.gpu|temperature\.gpu|clocks\.(?:sm|gr|current\.sm|max\.sm)|"
+    rb"clocks_(?:throttle|event)_reasons\.[a-z_.]+|power\.draw|memory\.used)\s*(?:\[[^\]]*\])?\s*(?=,|\r?$)",
+    re.M,
+)
+
+
+def sniff_csv(path: Path) -> str | None:
+    """The role of a `.csv` file that its name does not give: a saved nvidia-smi query log is `gpu`."""
+    try:
+        with open_regular(path) as f:
+            head = f.read(1024)
+    except OSError:
+        return None
+    first = head.split(b"\n", 1)[0]
+    return "gpu" if len(_SMI_CSV_FIELDS.findall(first)) >= 2 else None
+
+
 @dataclass
 class RunFiles:
     root: Path
@@ -98,6 +120,8 @@ def find_run_files(root: Path, max_depth: int = MAX_DEPTH) -> RunFiles:
                 out.checkpoint_dirs.append(here / d)
         for name in sorted(filenames):
             role = classify(name)
+            if role is None and name.lower().endswith(".csv"):
+                role = sniff_csv(here / name)
             if role is None:
                 continue
             if role in _SNIFFED_ROLES:

@@ -36,11 +36,14 @@ DEFAULTS: dict[str, float] = {
     "chance_abs_tol": 0.01,
     "overfit_val_rise": 0.05,
     "overfit_min_val_points": 4,
+    "overfit_rising_evals": 3,
     "mem_growth_frac": 0.10,
     "mem_increasing_share": 0.5,
     "mem_min_points": 20,
     "mem_rising_stretches": 0.7,
     "throughput_drop_frac": 0.3,
+    "throughput_decay_stretches": 0.6,
+    "throughput_decay_step": 0.02,
     "data_wait_share": 0.4,
     "skipped_steps_min": 10,
     "loss_scale_collapse_factor": 256.0,
@@ -373,6 +376,11 @@ def _overfitting(loss: Series, val: Series, p: Mapping[str, float]) -> list[Tren
     if lo >= len(vy) - 1 or vy[lo] <= 0:
         return []
     end = _med(vy[-2:])
+    # A steady climb (each of the last N evaluations above the one before) is no noise: its last value counts.
+    n = int(p["overfit_rising_evals"])
+    tail = vy[max(lo, len(vy) - n - 1) :]
+    if n >= 1 and len(tail) == n + 1 and all(b > a for a, b in pairwise(tail)):
+        end = vy[-1]
     rise = (end - vy[lo]) / vy[lo]
     if rise < p["overfit_val_rise"]:
         return []
@@ -542,6 +550,7 @@ def _throughput(tp: Series | None, st: Series | None, p: Mapping[str, float]) ->
         return []
     ws = _i(xs[len(ys) - q])
     return [
+        *_throughput_decay(xs, ys, drop, src, line_of, p),
         Trend(
             "throughput",
             "throughput_drop",
@@ -553,6 +562,37 @@ def _throughput(tp: Series | None, st: Series | None, p: Mapping[str, float]) ->
             line=line_of(xs[-1]),
             note=f"throughput (from {src}) fell {drop:.0%}: median {early:.4g} early vs {late:.4g} at the "
             "end",
+        ),
+    ]
+
+
+def _throughput_decay(
+    xs: Sequence[float], ys: Sequence[float], drop: float, src: str, line_of: Any, p: Mapping[str, float]
+) -> list[Trend]:
+    """A drop that came as a slow slide: the median fell from stretch to stretch over most of the run. A
+    heating (throttling) GPU slows this way; a starved input pipeline is slow from the start or in steps."""
+    start = max(1, len(ys) // 10)
+    body = ys[start:]
+    k = min(8, len(body) // 2)
+    if k < 4:
+        return []
+    size = len(body) / k
+    meds = [_med(body[int(i * size) : int((i + 1) * size)]) for i in range(k)]
+    # Noise moves a median a little either way; a slide moves it down by more than throughput_decay_step.
+    falls = sum(1 for a, b in pairwise(meds) if b < a * (1.0 - p["throughput_decay_step"])) / (k - 1)
+    if falls < p["throughput_decay_stretches"]:
+        return []
+    return [
+        Trend(
+            "throughput",
+            "throughput_decay",
+            value=round(drop, 4),
+            step=_i(xs[start]),
+            window_start=_i(xs[start]),
+            window_end=_i(xs[-1]),
+            points=len(body),
+            line=line_of(xs[-1]),
+            note=f"throughput (from {src}) slid down {drop:.0%}, falling in {falls:.0%} of the run's stretches",
         )
     ]
 
@@ -562,10 +602,17 @@ def _data_wait(ss: SeriesSet, p: Mapping[str, float]) -> list[Trend]:
     PyTorch examples' ``Time``/``Data``, detectron2, mmengine, Megatron's batch-generator timer), else from a
     profiler summary (one share for the whole profiled stretch)."""
     out = _meter_share(ss.get("data_time"), ss.get("step_time"), p)
-    return out or _profile_share(ss, p)
+    return (
+        out
+        or _meter_share(ss.get("data_time"), ss.get("compute_time"), p, apart=True)
+        or _profile_share(ss, p)
+    )
 
 
-def _meter_share(data: Series | None, st: Series | None, p: Mapping[str, float]) -> list[Trend]:
+def _meter_share(
+    data: Series | None, st: Series | None, p: Mapping[str, float], apart: bool = False
+) -> list[Trend]:
+    """``apart``: ``st`` is the compute time printed beside the data time, so the step is their sum."""
     if data is None or st is None:
         return []
     step_time = dict(zip(st.steps, st.values, strict=False))
@@ -573,6 +620,8 @@ def _meter_share(data: Series | None, st: Series | None, p: Mapping[str, float])
     xs = []
     for x, d in zip(data.steps, data.values, strict=False):
         t = step_time.get(x)
+        if apart and t is not None:
+            t += d
         if t is not None and t > 0 and math.isfinite(d) and math.isfinite(t):
             shares.append(min(1.0, d / t))
             xs.append(x)
