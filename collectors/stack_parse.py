@@ -25,41 +25,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-_PKG_ROOTS = (
-    re.compile(r"^.*[\\/](?:site|dist)-packages[\\/]"),
-    re.compile(r"^.*[\\/]lib[\\/]python\d+(?:\.\d+)*[\\/]"),
-)
+from .tracebacks import normalise_path
 
 
-def origin_of(path: str) -> str:
-    """'package' (site-packages), 'stdlib' (the interpreter's own library) or 'user'.
-
-    >>> origin_of("/opt/venv/lib/python3.11/site-packages/torch/nn/modules/module.py"), origin_of("/usr/lib/python3.11/threading.py"), origin_of("/home/me/train.py")
-    ('package', 'stdlib', 'user')
-    """
-    for kind, root in zip(("package", "stdlib"), _PKG_ROOTS, strict=True):
-        if root.match(path or ""):
-            return kind
-    return "user"
-
-
-def normalise_file(path: str) -> str:
-    """A frame's file as it reads across machines: the part after site-packages (or the standard library's
-    folder), else the file name alone for the user's own code.
+def normalise_file(path: str) -> tuple[str, str]:
+    """(file, origin) of a Python frame's path, read as the traceback parser reads paths
+    (``tracebacks.normalise_path``): the module path after site-packages or the standard library's folder,
+    else the file name alone for the user's own code; origin is package, stdlib or user.
 
     >>> normalise_file("/usr/lib/python3.11/site-packages/torch/serialization.py")
-    'torch/serialization.py'
+    ('torch/serialization.py', 'package')
     >>> normalise_file("/root/.pyenv/versions/3.11.7/lib/python3.11/threading.py")
-    'threading.py'
+    ('threading.py', 'stdlib')
     >>> normalise_file("C:\\\\Users\\\\me\\\\proj\\\\train.py")
-    'train.py'
+    ('train.py', 'user')
     """
-    path = path or ""
-    for root in _PKG_ROOTS:
-        m = root.match(path)
-        if m:
-            return path[m.end() :].replace("\\", "/")
-    return re.split(r"[\\/]", path)[-1]
+    module, package = normalise_path(path or "")
+    if package == "user":
+        return re.split(r"[\\/]", module)[-1], "user"
+    return module, "stdlib" if package == "stdlib" else "package"
 
 
 @dataclass(frozen=True)
@@ -116,8 +100,9 @@ def parse_pyspy_json(doc: Any) -> list[Thread]:
             native = bool(fr.get("module"))
             name = str(fr.get("name") or "?")[:200]
             filename = str(fr.get("filename") or "")
-            file = re.split(r"[\\/]", filename)[-1] if native else normalise_file(filename)
-            origin = "native" if native else origin_of(filename)
+            file, origin = (
+                (re.split(r"[\\/]", filename)[-1], "native") if native else normalise_file(filename)
+            )
             try:
                 line = int(fr.get("line") or 0)
             except (TypeError, ValueError):
