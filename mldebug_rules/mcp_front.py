@@ -331,8 +331,11 @@ class Front:
 
 
 def _dup_above_std(fd: int) -> int:
-    import fcntl
-
+    """A private copy of fd that no later dup2 onto 0, 1 or 2 can replace."""
+    try:
+        import fcntl
+    except ImportError:  # Windows: os.dup cannot land on 0-2 while they are open
+        return os.dup(fd)
     return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
 
 
