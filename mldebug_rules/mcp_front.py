@@ -216,7 +216,9 @@ class Front:
         self.to_sdk: queue.Queue[str] = queue.Queue()
         self._conversation = hashlib.sha256(b"mldebug-rules mcp conversation\n")
         self._pure = True  # only answerable requests and notifications/initialized so far
-        self._handed = 0
+        self._answered = 0
+        # The ids under which the front hands over what it answered: no client's id can be one of them.
+        self._front_id = f"{FRONT_ID}{os.urandom(6).hex()}:"
         self._given: dict[str, dict[str, Any]] = {}  # front id -> the answer the client got
         self._recording: dict[str, str] = {}  # client id -> the conversation digest to record under
         self.needs_sdk = False  # a message that only the SDK can answer was handed over
@@ -234,7 +236,7 @@ class Front:
 
     def handle(self, line: str) -> None:
         if not line.strip():
-            return  # the SDK's transport would get a blank line only from a broken client; nothing to answer
+            return  # carries no message: nothing to answer, nothing to hand over
         try:
             msg = json.loads(line)
         except ValueError:
@@ -244,8 +246,9 @@ class Front:
             self._hand_over(line.rstrip("\n"), None, needs_sdk=True)
             return
         method = msg.get("method")
-        is_request = isinstance(method, str) and "id" in msg
-        if self._pure and is_request and method in ANSWERABLE and _is_id(msg["id"]):
+        notification = "method" in msg and "id" not in msg
+        response = "method" not in msg and "id" in msg and ("result" in msg or "error" in msg)
+        if self._pure and not notification and method in ANSWERABLE and _is_id(msg.get("id")):
             conversation = self._advance(msg)
             answer = self._records.get(conversation)
             if answer is not None:
@@ -253,11 +256,12 @@ class Front:
                 return
             with self._state_lock:
                 self._recording[_id_key(msg["id"])] = conversation
-        elif self._pure and method == INITIALIZED and "id" not in msg:
+        elif self._pure and notification and method == INITIALIZED:
             self._advance(msg)
         else:
             self._pure = False
-        self._hand_over(line.rstrip("\n"), method, needs_sdk=is_request)
+        # A request, or anything malformed, waits for the SDK's answer; notifications and responses do not.
+        self._hand_over(line.rstrip("\n"), method, needs_sdk=not (notification or response))
 
     def _advance(self, msg: dict[str, Any]) -> str:
         self._conversation.update(json.dumps(normalised(msg), sort_keys=True).encode() + b"\n")
@@ -265,8 +269,8 @@ class Front:
 
     def _answer(self, msg: dict[str, Any], answer: dict[str, Any]) -> None:
         self.write({"jsonrpc": "2.0", "id": msg["id"], **answer})
-        self._handed += 1
-        front_id = f"{FRONT_ID}{self._handed}"
+        self._answered += 1
+        front_id = f"{self._front_id}{self._answered}"
         with self._state_lock:
             self._given[front_id] = answer
         self._log({"event": "answered", "method": msg["method"], "sdk_imported": "mcp" in sys.modules})
