@@ -19,7 +19,7 @@ before it does anything else, so this front owns the process's stdin and stdout 
   on-disk cache, ``mcp-answers``; ``MLDEBUG_CACHE=0`` turns that off, and then the SDK answers everything).
 
 So the first session of a client (of its handshake parameters) after installing or upgrading waits for the
-SDK; later ones get the handshake and the listings in the time Python takes to start.
+SDK; later ones get the handshake and the listings in about twice the time Python takes to start.
 
 ``MLDEBUG_MCP_FRONT_LOG=FILE`` (for tests) logs what the front answered and handed over, one JSON object a
 line, and loads the SDK only when a message needs it rather than at start, so that the log shows which
@@ -386,7 +386,7 @@ def serve(
             _stop(fail(e), wire_out)
             return
         # The pipeline next, beside the server, so that the first tool call does not wait for it.
-        threading.Thread(target=warm_up, name="mcp-warm-up", daemon=True).start()
+        threading.Thread(target=_quietly, args=(warm_up,), name="mcp-warm-up", daemon=True).start()
         stdin, stdout = front.sdk_streams()
 
         async def main() -> None:
@@ -412,6 +412,14 @@ def serve(
     # Otherwise nothing is left for the SDK to answer: no need to wait for it to finish importing.
     _stop(status[0] if status else 0, wire_out)
     return 0  # not reached
+
+
+def _quietly(fn: Callable[[], None]) -> None:
+    """A head start only: what fails here fails again in the tool call that needs it, and is reported there."""
+    try:
+        fn()
+    except Exception:
+        pass
 
 
 def _records_key() -> str | None:
