@@ -11,7 +11,8 @@ Safety, decided here and nowhere else:
 - what comes back went through the same redaction as every report.
 
 The ``mcp`` SDK is an optional extra (``pip install "mldebug-rules[agent]"``); the core never imports this
-module. The pipeline modules are imported on first use so that the server answers ``initialize`` fast.
+module. ``main`` serves through ``mcp_front``, which answers the session's opening while the SDK and the
+pipeline load in the background, so that a client gets ``initialize`` and the tool list fast.
 """
 
 # No `from __future__ import annotations`: the SDK reads the tools' signatures, whose types are local names.
@@ -399,11 +400,35 @@ def report_uri(run_dir: str | Path) -> str:
     return "mldebug://report/" + str(Path(run_dir).resolve()).lstrip("/")
 
 
+def warm_up() -> None:
+    """Imports what the tools call, ahead of the first call (the server runs this in the background)."""
+    from . import diagnose, report, smokecmd  # noqa: F401
+
+
+def _failed(e: BaseException) -> int:
+    """The exit status for an error while the server loads, after saying it on stderr."""
+    import sys
+
+    if isinstance(e, ImportError):
+        print(f"mldebug-rules: error: {INSTALL_HINT} ({e})", file=sys.stderr, flush=True)
+        return 2
+    import traceback
+
+    traceback.print_exception(e, file=sys.stderr)
+    return 1
+
+
 def main(args: argparse.Namespace) -> int:
+    import importlib.util
+
     policy = Policy.from_args(args.root, args.allow_run, args.progress_every)
     try:
-        server = build_server(policy)
-    except ImportError:
-        raise UsageError(INSTALL_HINT) from None
-    server.run("stdio")
-    return 0
+        sdk = importlib.util.find_spec("mcp")
+    except (ImportError, ValueError):
+        sdk = None
+    if sdk is None:
+        raise UsageError(INSTALL_HINT)
+    # The SDK loads in the background while a front answers the session's opening (see mcp_front).
+    from .mcp_front import serve
+
+    return serve(lambda: build_server(policy), warm_up, _failed)

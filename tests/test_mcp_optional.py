@@ -29,6 +29,7 @@ def test_the_extra_is_optional() -> None:
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2, r.stderr
     assert 'pip install "mldebug-rules[agent]"' in r.stderr and "Traceback" not in r.stderr
+    assert r.stderr.startswith("mldebug-rules: error: ") and r.stderr.count("\n") == 1, r.stderr
 
 
 def test_a_root_that_is_not_a_directory_is_refused(

@@ -1,7 +1,8 @@
 """Issue 21: the MCP server, driven by the SDK's own client.
 
 - over stdio (`mldebug-rules mcp` as a subprocess): diagnose a fixture copy -> plan -> baseline -> change ->
-  gate, the report resource, and the Stop hook on a Claude Code transcript before and after the pair;
+  gate, the report resource, and the Stop hook on a Claude Code transcript before and after the pair, with
+  the opening answered by the server's front before the SDK is imported (test_mcp_front.py tests the front);
 - in process (the SDK's in-memory transport): every refusal (no --allow-run, outside the roots, through a
   symlink or `..`, an argv that is not a list, a bad timeout, an unknown id), progress notifications and the
   timeout of a long smoke, secrets redacted, and no command from a log ever run;
@@ -78,15 +79,26 @@ def test_diagnose_plan_pair_gate_over_stdio(tmp_path: Path) -> None:
     run = _oom_run(root)
     fixture = root / "device_mismatch"
     shutil.copytree(REPO / "fixtures" / "device_mismatch", fixture)
-    params = StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "mldebug_rules", "mcp", "--root", str(root), "--allow-run"],
-        env={
-            "PYTHONDONTWRITEBYTECODE": "1",
-            **{k: os.environ[k] for k in ("MLDEBUG_CACHE_DIR", "MLDEBUG_ENGINE") if k in os.environ},
-        },
-        cwd=str(tmp_path),
-    )
+    env = {
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "MLDEBUG_CACHE_DIR": str(tmp_path / "cache"),
+        **{k: os.environ[k] for k in ("MLDEBUG_ENGINE",) if k in os.environ},
+    }
+    front_log = tmp_path / "front.log"
+
+    def params(**extra: str) -> StdioServerParameters:
+        return StdioServerParameters(
+            command=sys.executable,
+            args=["-m", "mldebug_rules", "mcp", "--root", str(root), "--allow-run"],
+            env={**env, **extra},
+            cwd=str(tmp_path),
+        )
+
+    async def opening() -> None:  # an earlier session: the SDK's answers to the opening are recorded
+        async with Client(params()) as c:
+            await c.list_tools()
+
+    anyio.run(opening)
     transcript = tmp_path / "transcript.jsonl"
     transcript.write_text(
         json.dumps({"type": "user", "message": {"role": "user", "content": "why did it die?"}})
@@ -106,7 +118,8 @@ def test_diagnose_plan_pair_gate_over_stdio(tmp_path: Path) -> None:
     )
 
     async def main() -> None:
-        async with Client(params) as c:
+        # The front answers the opening, loading the SDK only for the first tool call (MLDEBUG_MCP_FRONT_LOG).
+        async with Client(params(MLDEBUG_MCP_FRONT_LOG=str(front_log))) as c:
             tools = {t.name: t for t in (await c.list_tools()).tools}
             assert set(tools) == {"diagnose", "smoke_plan", "smoke_run", "smoke_record", "gate", "rules_list"}
             assert tools["smoke_run"].input_schema["properties"]["argv"]["type"] == "array"
@@ -190,6 +203,11 @@ def test_diagnose_plan_pair_gate_over_stdio(tmp_path: Path) -> None:
 
     anyio.run(main)
     assert _hook(transcript).returncode == 0  # the hook lets the claim through, now that a pair confirmed it
+    events = [json.loads(line) for line in front_log.read_text().splitlines()]
+    answered = [e for e in events if e["event"] == "answered"]
+    assert [e["method"] for e in answered] == ["server/discover", "tools/list"]
+    assert not any(e["sdk_imported"] for e in answered)
+    assert [e["same"] for e in events if e["event"] == "verified"] == [True, True]
 
 
 def _hook(transcript: Path) -> subprocess.CompletedProcess[str]:
