@@ -110,7 +110,9 @@ def check_engine(engine: str | None) -> None:
 def load_kb(req: Request) -> KnowledgeBase:
     """The packs for this request. A third-party pack that was disabled is one warning line on stderr here
     (and in every report format); under ``strict`` it raised instead."""
-    kb = load_packs(req.rules_dirs, strict=req.strict, params=req.params)
+    from . import cache
+
+    kb = load_packs(req.rules_dirs, strict=req.strict, params=req.params, cache=cache)
     for w in kb.warnings:
         print(f"mldebug-rules: warning: {w}", file=sys.stderr)
     return kb

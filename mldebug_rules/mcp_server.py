@@ -210,9 +210,10 @@ def gate_result(policy: Policy, run_dir: str, claim: str, trust_recorded: bool =
 
 
 def rules_index() -> dict[str, Any]:
+    from . import cache
     from .engine.packs import load_packs
 
-    kb = load_packs([])
+    kb = load_packs([], cache=cache)
     hyps = []
     for hid in sorted(set(kb.taxonomy) | set(kb.hypotheses)):
         info = kb.hypotheses.get(hid) or {}

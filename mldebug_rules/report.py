@@ -197,7 +197,7 @@ def next_action(d: Diagnosis) -> str:
         return text
     if d.unexplained:
         f = d.unexplained[0]  # a log.tail fact whose scrollback holds a traceback
-        where = f.file or f.probe or f.kind
+        where = f.file or f.source  # a fact read from no file (a bundle, a live probe) cites its probe
         return (
             f"A failure that no rule explains yet (a Python traceback ends the log, {where}): read its last exception in the scrollback "
             "below; rerun the failing step alone (one process, CUDA_LAUNCH_BLOCKING=1) to localise it, and "
