@@ -201,7 +201,8 @@ def reevaluate(d: Diagnosis, run_dir: Path, trust_recorded: bool = False) -> Gat
     """The gate again over the same rule results with the state file as it is now (after an append): no
     probe runs again, and the decision is still the gate's own."""
     facts = [f for f in d.facts if f.kind != "smoke.result"] + record_facts(d.kb.registry, run_dir)
-    return apply_smokes(d.kb, rank(d.kb, d.engine.firings, d.engine.facts), facts, trust_recorded)
+    hyps = rank(d.kb, d.engine.firings, d.engine.facts)
+    return apply_smokes(d.kb, hyps, facts, trust_recorded, coverage=d.gate.coverage)
 
 
 def _pairs_of(g: GateResult, hid: str) -> list[Pair]:
