@@ -825,7 +825,7 @@ def test_plan_and_gate_never_offer_inline_code_from_a_log(tmp_path: Path) -> Non
 
 
 def test_known_launchers_are_still_offered(tmp_path: Path) -> None:
-    from mldebug_rules.smoke_recipe import find_command
+    from mldebug_rules.smokes.recipe import find_command
 
     run = tmp_path / "run"
     run.mkdir()

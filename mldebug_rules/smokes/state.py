@@ -2,7 +2,8 @@
 
 Appends take an exclusive lock and write one line with one ``write`` on an O_APPEND descriptor, so two
 concurrent smokes never interleave or corrupt records; a torn last line (a crash mid-write) is skipped on
-read. This is the only place that writes inside a run directory, and only under ``.mldebug/``.
+read. This is the only place that writes inside a run directory, and only under ``.mldebug/``: the
+``smoke_state`` probe (``collectors/smoke_state.py``) only reads it, through ``record_facts``.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from typing import Any
 
 from ..engine.safeio import Unreadable, kind_problem, read_capped
 from ..redact import clip, redact_obj
-from .base import Context, ProbeOutput, ProbeUnavailable
 
 STATE_DIR = ".mldebug"
 STATE_FILE = "smokes.jsonl"
@@ -109,25 +109,9 @@ def _summary(rec: Mapping[str, Any]) -> str:
     return f"{role}: {rec.get('command', '')} -> {rec.get('classification', '')}"
 
 
-def _last_byte(path: Path) -> bytes:
-    with path.open("rb") as fh:
-        fh.seek(-1, os.SEEK_END)
-        return fh.read(1)
-
-
 def record_facts(registry: Any, run_dir: Path) -> list[Any]:
     """One ``smoke.result`` fact per record of the run directory's state file."""
     return [_fact(registry, rec) for rec in read_records(run_dir)]
-
-
-def probe_smoke_state(ctx: Context) -> ProbeOutput:
-    out = ProbeOutput("smoke_state")
-    for root in ctx.run_dirs:
-        out.facts += record_facts(ctx.registry, root)
-    if not out.facts:
-        raise ProbeUnavailable("no smoke results recorded")
-    out.detail = f"{len(out.facts)} smoke result(s)"
-    return out
 
 
 def _fact(registry: Any, rec: Mapping[str, Any]) -> Any:

@@ -28,24 +28,16 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .collectors.smoke_state import (
-    STATE_DIR,
-    StateUnusable,
-    append_record,
-    read_records,
-    record_facts,
-    state_path,
-)
-from .diagnose import Diagnosis, Request, diagnose, load_kb
-from .engine.gate import GateResult, Pair, apply_smokes, claim_allowed, map_outcome
-from .engine.packs import KnowledgeBase, known_hypotheses
-from .engine.rank import Hypothesis, rank
-from .errors import UsageError
-from .redact import redact
-from .report import outcome_lines, pair_lines
-from .smoke_controls import controls_table, parse_control
-from .smoke_exec import Execution, classify, failure_signatures, run_command, signature_scanner
-from .smoke_recipe import (
+from ..diagnose import Diagnosis, Request, diagnose, load_kb
+from ..engine.gate import GateResult, Pair, apply_smokes, claim_allowed, map_outcome
+from ..engine.packs import KnowledgeBase, known_hypotheses
+from ..engine.rank import Hypothesis, rank
+from ..errors import UsageError
+from ..redact import redact
+from .controls import controls_table, parse_control
+from .execute import Execution, classify, failure_signatures, run_command, signature_scanner
+from .outcomes import outcome_lines, outcome_table, pair_lines
+from .recipe import (
     FoundCommand,
     apply_recipe,
     conditions_of,
@@ -53,6 +45,14 @@ from .smoke_recipe import (
     overrides_for_control,
     resolve_onset,
     split_command,
+)
+from .state import (
+    STATE_DIR,
+    StateUnusable,
+    append_record,
+    read_records,
+    record_facts,
+    state_path,
 )
 
 MAX_PLANNED = 3  # leading hypotheses shown by `smoke plan`
@@ -239,10 +239,7 @@ def _plan_smoke(
         "id": sid,
         "description": spec["description"],
         "discriminates": list(spec["discriminates"]),
-        "outcomes": {
-            name: {k: o[k] for k in ("confirms", "refutes", "meaning") if o.get(k)}
-            for name, o in sorted(spec["outcomes"].items())
-        },
+        "outcomes": outcome_table(spec),
         "recipe": dict(spec.get("recipe") or {}),
     }
     if found is not None:
@@ -265,7 +262,7 @@ def _plan_smoke(
 
 
 def _argv_diff(before: list[str], after: list[str]) -> list[str]:
-    from .engine.gate import argv_diff
+    from ..engine.gate import argv_diff
 
     return argv_diff(redact(shlex.join(before)), redact(shlex.join(after)))
 
@@ -517,7 +514,7 @@ def _save_output(run_dir: Path, ex: Execution, stamp: str) -> str:
 
 def training_progress(path: Path) -> int:
     """Training records (step or loss lines) the metrics reader finds in a smoke's captured output."""
-    from .collectors.metrics_parse import LineReader
+    from ..collectors.metrics_parse import LineReader
 
     ss = LineReader().read(path, path.name)
     found = max((s.total for k, s in ss.series.items() if not k.startswith("val_")), default=0)
@@ -525,7 +522,7 @@ def training_progress(path: Path) -> int:
         return found
     # A one-step smoke prints one step line, and the generic reader only makes a series of a name it has
     # seen twice: count the lines that carry a step counter and a named number directly.
-    from .collectors.metrics_generic import parse_generic
+    from ..collectors.metrics_generic import parse_generic
 
     text = path.read_bytes()[-(4 << 20) :].decode("utf-8", "replace")
     return sum(1 for line in text.splitlines() if all(parse_generic(line[:2000])))
@@ -589,7 +586,7 @@ def run_smoke(
         "time": stamp,
     }
     if control:
-        from .smoke_controls import find_baseline
+        from .controls import find_baseline
 
         base = find_baseline(before, {**record, "seq": len(before) + 1})
         record["baseline_seq"] = base.get("seq") if base else None
