@@ -278,12 +278,12 @@ def test_a_context_signature_refines_a_builtin_diagnosis(tmp_path: Path) -> None
 
 
 def test_context_signatures_take_no_part_in_a_firings_role() -> None:
-    from mldebug_rules.engine.run import _role_of
+    from mldebug_rules.engine.run import firing_role
 
     def sig(role: str) -> dict[str, str]:
         return {"kind": "log.signature", "role": role}
 
-    assert _role_of([sig("context"), sig("root")]) == "root"
-    assert _role_of([sig("context"), sig("cascade")]) == "cascade"  # not turned into a root by the context
-    assert _role_of([sig("context")]) == "context"
-    assert _role_of([sig("context"), {"kind": "kernel.xid"}]) == "root"
+    assert firing_role([sig("context"), sig("root")]) == "root"
+    assert firing_role([sig("context"), sig("cascade")]) == "cascade"  # not turned into a root by the context
+    assert firing_role([sig("context")]) == "context"
+    assert firing_role([sig("context"), {"kind": "kernel.xid"}]) == "root"
