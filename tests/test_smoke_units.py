@@ -11,11 +11,11 @@ import time
 from pathlib import Path
 
 import pytest
-from mldebug_rules.engine.gate import argv_diff
+from mldebug_rules.engine.gate import argv_diff, map_outcome
 from mldebug_rules.engine.packs import KnowledgeBase
 
 from mldebug_rules.errors import UsageError
-from mldebug_rules.smokes.commands import map_outcome, program_of, smokes_for
+from mldebug_rules.smokes.common import program_of, smokes_for
 from mldebug_rules.smokes.controls import effect_of, find_baseline, pairs, parse_control
 from mldebug_rules.smokes.execute import (
     Execution,

@@ -134,7 +134,7 @@ def test_report_and_plan_show_the_same_outcomes(tmp_path: Path) -> None:
 
     from mldebug_rules import report
     from mldebug_rules.diagnose import Request, diagnose
-    from mldebug_rules.smokes.commands import plan_data
+    from mldebug_rules.smokes.plan import plan_data
 
     run = tmp_path / "run"
     run.mkdir()

@@ -1,7 +1,9 @@
 """Smokes: the checks that turn a hypothesis into a cause, all in one place.
 
 - ``args``: the ``smoke plan | run | record`` and ``gate`` command lines (cheap to build at start-up);
-- ``commands``: what each of those commands does (plan a pair, run one half, record by hand, check a claim);
+- ``commands``: dispatches them to ``plan`` (the pair of commands that would settle the leads), ``run`` (one
+  half of a pair, run and classified), ``record`` (a result typed in by hand) and ``claim`` (``gate``: is this
+  hypothesis smoke-confirmed?), which share ``common``;
 - ``recipe`` (with ``overrides.yaml``): a smoke's recipe applied to the run's own command line;
 - ``execute``: running one command under a timeout, its output scanned for the failure's signatures;
 - ``controls`` (with ``controls.yaml``): one-variable controls paired with their baseline;
