@@ -1,5 +1,6 @@
 """The evidence gate: only smoke results move a hypothesis to ``confirmed`` or ``refuted``, and this module is
-the one place that decides it (the report and the smoke commands only render what it decided).
+the one place that decides it, and the verdict with it (the report and the smoke commands only render what it
+decided).
 
 Rules cannot reach this: ``smoke.result`` facts may only have origin ``smoke`` (the fact registry refuses any
 other), and the status is decided here in Python from those facts alone, by the pair protocol:
@@ -12,6 +13,9 @@ other), and the status is decided here in Python from those facts alone, by the 
   ``confirmed`` or ``refuted`` for the hypotheses the smoke says it decides;
 - a result typed by hand (``smoke record``) counts only when the caller trusts recorded results;
 - only a hypothesis the evidence raised (score above 0), or an alternative of a refuted one, can be decided.
+
+The verdict: ``cause`` when the top hypothesis is smoke-confirmed; ``no_failure`` when no failure hypothesis is
+left and none was refuted, and only over input that was read (``Coverage``); else ``uncertain``.
 """
 
 from __future__ import annotations
@@ -94,6 +98,18 @@ class Pair:
         }
 
 
+@dataclass(frozen=True)
+class Coverage:
+    """What the probes could read, as the verdict needs it. "No failure" is a claim about what was read: the
+    gate never makes it when nothing was read, when input was passed over, or next to failure evidence that no
+    hypothesis explains. The default claims full coverage (a caller that read everything it was given)."""
+
+    evidence_seen: bool = True  # something was actually read: a log, a kernel log, a GPU snapshot...
+    blocked: bool = False  # a named input held nothing to read
+    skipped: bool = False  # input passed over: run-directory limits, unreadable files
+    unexplained: tuple[Fact, ...] = ()  # failure evidence (a traceback, a final exception) no rule explains
+
+
 @dataclass
 class GateResult:
     hypotheses: list[Hypothesis]
@@ -104,6 +120,9 @@ class GateResult:
     trust_recorded: bool = False
     leads: list[str] = field(default_factory=list)  # what to smoke next, best first
     not_decided: dict[str, str] = field(default_factory=dict)  # hypothesis -> why a result did not count
+    coverage: Coverage = field(default_factory=Coverage)
+    # The unexplained failure evidence that kept the verdict from "no_failure" (empty otherwise).
+    unexplained: list[Fact] = field(default_factory=list)
 
 
 def smoke_runs(facts: Sequence[Fact]) -> list[SmokeRun]:
@@ -226,8 +245,13 @@ def map_outcome(spec: Mapping[str, Any] | None, classification: str, hid: str) -
 
 
 def apply_smokes(
-    kb: KnowledgeBase, hyps: list[Hypothesis], facts: Sequence[Fact], trust_recorded: bool = False
+    kb: KnowledgeBase,
+    hyps: list[Hypothesis],
+    facts: Sequence[Fact],
+    trust_recorded: bool = False,
+    coverage: Coverage | None = None,
 ) -> GateResult:
+    """Each hypothesis' status from the smoke results among ``facts``, then the verdict (see ``decide``)."""
     runs = smoke_runs(facts)
     pairs = pair_runs(runs)
     # (seq, hypothesis, outcome, the fact that carries it) in the order the results were obtained
@@ -299,14 +323,32 @@ def apply_smokes(
     ordered = sort_hypotheses(hyps)
     leads = lead_hypotheses(kb, ordered)
     res = GateResult(ordered, "uncertain", None, pairs, recorded, trust_recorded, leads, not_decided)
+    res.coverage = coverage or Coverage()
+    res.verdict, res.cause, res.unexplained = decide(ordered, res.coverage)
+    return res
+
+
+def decide(ordered: Sequence[Hypothesis], coverage: Coverage) -> tuple[str, str | None, list[Fact]]:
+    """The verdict, the cause (with ``cause`` only) and the unexplained evidence that held back a "no_failure".
+
+    - ``cause``: the top hypothesis is smoke-confirmed;
+    - ``no_failure``: no failure hypothesis is left and none was refuted, something was read, nothing named
+      was empty, nothing was passed over, and no failure evidence stands unexplained;
+    - ``uncertain``: everything else.
+    """
     if ordered and ordered[0].status == "confirmed":
-        res.verdict, res.cause = "cause", ordered[0].id
-        return res
+        return "cause", ordered[0].id, []
     live_failures = [h for h in ordered if h.failure and h.status != "refuted"]
     refuted_any = [h for h in ordered if h.status == "refuted"]
-    if not live_failures and not refuted_any:
-        res.verdict = "no_failure"
-    return res
+    if live_failures or refuted_any:
+        return "uncertain", None, []
+    if not coverage.evidence_seen or coverage.blocked or coverage.skipped:
+        return "uncertain", None, []  # what was not read may hold the failure: never a confident "no"
+    if coverage.unexplained:
+        # A traceback or a final exception that no rule explains is a failure we do not know yet: "no failure"
+        # there would be a confident wrong answer.
+        return "uncertain", None, list(coverage.unexplained)
+    return "no_failure", None, []
 
 
 def lead_hypotheses(kb: KnowledgeBase, ordered: Sequence[Hypothesis]) -> list[str]:

@@ -1,9 +1,12 @@
-"""``rules lint``: what the loader cannot see by itself.
+"""``rules lint``: what the loader cannot see by itself. These are the engine's checks, on the knowledge base
+alone; the face adds the one that runs the log scanner (``mldebug_rules/pack_lint.py``: every signature
+against its own ``match`` and ``no_match`` example lines).
 
-- every signature matches its own example lines and none of its ``no_match`` lines, in both scanner engines;
-- a signature that matches another signature's examples (a warning: overlaps are sometimes intended);
+- a signature whose regex does not compile, or that matches another signature's examples (a warning:
+  overlaps are sometimes intended);
 - patterns prone to catastrophic backtracking or too slow on a 1 MB line;
-- rules that can never fire (a signature or kind nothing emits);
+- rules that can never fire: a signature no pack defines, or a fact only rules derive (``derived``,
+  ``hypothesis``, ``ruled_out``) that no rule derives with those values;
 - hypotheses raised without a catalogue entry (alternatives, smoke, remediation);
 - signatures no rule reads (a warning);
 - too many distinct equality constants on one field (durable-rules hangs at 512);
@@ -32,14 +35,13 @@ SLOW_SECONDS = 0.5
 MAX_CONSTANTS = 400
 # durable-rules pushes every list test under an alpha node on a 64-deep stack (error 303 beyond it).
 MAX_FANOUT = 48
-_ADVERSARIAL = (
+# Lines every signature is timed on (a test may empty it to keep a run short).
+ADVERSARIAL_LINES = (
     "a" * SLOW_LINE_BYTES,
     " " * SLOW_LINE_BYTES,
     "x=" * (SLOW_LINE_BYTES // 2),
     "é" * (SLOW_LINE_BYTES // 2),
 )
-# Facts that only probes emit from live machines, or collectors not tied to signatures.
-_EMITTED_BY_COLLECTORS = True
 
 
 @dataclass(frozen=True)
@@ -52,9 +54,7 @@ class Problem:
         return f"{self.where}: {self.severity}: {self.message}"
 
 
-def _signature_problems(kb: KnowledgeBase, only: set[str] | None) -> list[Problem]:
-    from ..collectors.logscan import Pattern, Scanner
-
+def _regex_problems(kb: KnowledgeBase, only: set[str] | None) -> list[Problem]:
     out: list[Problem] = []
     compiled: dict[str, regex.Pattern[str]] = {}
     for sig in kb.signatures + kb.progress:  # type: ignore[operator]
@@ -66,35 +66,7 @@ def _signature_problems(kb: KnowledgeBase, only: set[str] | None) -> list[Proble
         except regex.error as e:
             out.append(Problem(sig.where, "error", f"signature {sig.id}: regex does not compile: {e}"))
             continue
-        for engine in ("auto", "python"):
-            try:
-                scanner = Scanner([Pattern(sig.id, sig.regex, sig.ignore_case)], engine=engine)
-            except ValueError as e:
-                out.append(Problem(sig.where, "error", f"signature {sig.id}: {e} ({engine} engine)"))
-                continue
-            text = "\n".join(list(sig.examples_match) + list(sig.examples_no_match)) + "\n"
-            res = scanner.scan_bytes(text.encode("utf-8"))
-            hit_lines = {h.line_no for h in res.hits}
-            n = len(sig.examples_match)
-            for i, ex in enumerate(sig.examples_match, 1):
-                if i not in hit_lines:
-                    out.append(
-                        Problem(
-                            sig.where,
-                            "error",
-                            f"signature {sig.id}: does not match its example {ex!r} ({scanner.engine})",
-                        )
-                    )
-            for i, ex in enumerate(sig.examples_no_match, n + 1):
-                if i in hit_lines:
-                    out.append(
-                        Problem(
-                            sig.where,
-                            "error",
-                            f"signature {sig.id}: matches its no_match example {ex!r} ({scanner.engine})",
-                        )
-                    )
-        for adv in _ADVERSARIAL:
+        for adv in ADVERSARIAL_LINES:
             t0 = time.perf_counter()
             try:
                 compiled[sig.id].search(adv, timeout=SLOW_SECONDS * 4)
@@ -222,8 +194,9 @@ def _attack_lines(pattern: str) -> list[str]:
     return [c * ATTACK_REPEAT + "!" for c in sorted(chars)][:64]
 
 
-def _backtracking_problems(kb: KnowledgeBase, only: set[str] | None) -> list[Problem]:
-    """Catastrophic backtracking: nested quantifiers (static), then derived attack lines under a timeout."""
+def backtracking_problems(kb: KnowledgeBase, only: set[str] | None = None) -> list[Problem]:
+    """Catastrophic backtracking: nested quantifiers (static), then derived attack lines under a timeout.
+    ``only`` limits the check to those packs' signatures (None: every pack)."""
     out: list[Problem] = []
     for sig in kb.signatures + kb.progress:  # type: ignore[operator]
         if only and sig.pack not in only:
@@ -260,12 +233,7 @@ def _rule_problems(kb: KnowledgeBase, only: set[str] | None) -> list[Problem]:
         for pname, pat in rule.spec["when"].items():
             if pat["kind"] != "log.signature":
                 continue
-            cond = pat["match"].get("signature")
-            names = []
-            if isinstance(cond, str):
-                names = [cond]
-            elif isinstance(cond, dict):
-                names = list(cond.get("in", [])) + ([cond["eq"]] if "eq" in cond else [])
+            names = _signature_names(pat)
             used.update(names)
             if only and rule.pack not in only:
                 continue
@@ -314,10 +282,7 @@ def _context_only(kb: KnowledgeBase, rule: Rule, only: set[str] | None) -> list[
     for pat in rule.spec["when"].values():
         if pat["kind"] != "log.signature":
             return []
-        cond = pat["match"].get("signature")
-        names = [cond] if isinstance(cond, str) else list((cond or {}).get("in", []))
-        if isinstance(cond, dict) and "eq" in cond:
-            names.append(cond["eq"])
+        names = _signature_names(pat)
         roles |= {s.role for s in kb.signatures if s.id in names}
         if not names:
             return []
@@ -333,9 +298,89 @@ def _context_only(kb: KnowledgeBase, rule: Rule, only: set[str] | None) -> list[
     ]
 
 
-def lint(kb: KnowledgeBase, only_packs: set[str] | None = None) -> list[Problem]:
-    problems = _signature_problems(kb, only_packs) + _rule_problems(kb, only_packs)
-    problems += _backtracking_problems(kb, only_packs)
+def _literals(cond: Any) -> list[Any] | None:
+    """The constant values an equality condition allows, or None when it is not one (a range, a join, a
+    parameter): only literal equalities can prove that nothing derives what a pattern waits for."""
+    if isinstance(cond, dict):
+        if "in" in cond and isinstance(cond["in"], list):
+            vals = list(cond["in"])
+        elif set(cond) == {"eq"}:
+            vals = [cond["eq"]]
+        else:
+            return None
+    else:
+        vals = [cond]
+    if any(isinstance(v, (dict, list)) or (isinstance(v, str) and v.startswith("$")) for v in vals):
+        return None
+    return vals
+
+
+def _derivable(kb: KnowledgeBase) -> dict[str, list[Mapping[str, Any]]]:
+    """Per fact kind only rules can emit, the attributes of every fact some rule derives (hypothesis facts
+    included: a rule that raises ``h`` asserts ``{kind: hypothesis, hyp: h}``)."""
+    out: dict[str, list[Mapping[str, Any]]] = {}
+    for rule in kb.rules:
+        if rule.disabled:
+            continue
+        then = rule.spec["then"]
+        if then.get("hypothesis"):
+            out.setdefault("hypothesis", []).append({"hyp": then["hypothesis"], "rule": rule.id})
+        for d in then.get("derive") or []:
+            out.setdefault(d["kind"], []).append(dict(d.get("attrs") or {}))
+    return out
+
+
+def _could_match(match: Mapping[str, Any], attrs: Mapping[str, Any]) -> bool:
+    for attr, cond in match.items():
+        allowed = _literals(cond)
+        value = attrs.get(attr)
+        if allowed is None or value is None or (isinstance(value, str) and value.startswith("$")):
+            continue  # not a literal on one side: it may match
+        if isinstance(value, dict):
+            continue  # a parameter
+        if value not in allowed:
+            return False
+    return True
+
+
+def _derived_problems(kb: KnowledgeBase, only: set[str] | None) -> list[Problem]:
+    """A pattern on a kind that only rules emit (no probe, no smoke) waits for a rule to derive it: when no
+    rule derives that kind with values the pattern accepts, the rule can never fire."""
+    derivable = _derivable(kb)
+    out: list[Problem] = []
+    for rule in kb.rules:
+        if rule.disabled or (only and rule.pack not in only):
+            continue
+        for pname, pat in rule.spec["when"].items():
+            kind = pat["kind"]
+            if kb.registry.origins(kind) != ["derived"]:
+                continue
+            match = pat.get("match") or {}
+            if any(_could_match(match, attrs) for attrs in derivable.get(kind, [])):
+                continue
+            wanted = ", ".join(f"{a}={c}" for a, c in sorted(match.items())) or "any"
+            out.append(
+                Problem(
+                    rule.where,
+                    "error",
+                    f"rule {rule.id}: when.{pname} waits for a {kind} fact ({wanted}) that no rule derives"
+                    " (the rule can never fire)",
+                )
+            )
+    return out
+
+
+def sort_problems(problems: list[Problem]) -> list[Problem]:
+    """Errors first, then by place and message: the order every lint report uses."""
+    return sorted(problems, key=lambda p: (p.severity != "error", p.where, p.message))
+
+
+def lint_kb(kb: KnowledgeBase, only_packs: set[str] | None = None) -> list[Problem]:
+    """The engine's checks over a loaded knowledge base (``only_packs``: report only those packs' problems),
+    sorted. ``rules lint`` adds the signature examples run through the log scanner (mldebug_rules/pack_lint.py)."""
+    problems = _regex_problems(kb, only_packs) + _rule_problems(kb, only_packs)
+    problems += _derived_problems(kb, only_packs)
+    problems += backtracking_problems(kb, only_packs)
     compiled = compile_kb(kb)
     for node, n in alpha_fanout(compiled).items():
         if n > MAX_FANOUT:
@@ -356,4 +401,4 @@ def lint(kb: KnowledgeBase, only_packs: set[str] | None = None) -> list[Problem]
                     f"field {field!r} has {n} distinct constants (limit {MAX_CONSTANTS}); move the lookup into a collector",
                 )
             )
-    return sorted(problems, key=lambda p: (p.severity != "error", p.where, p.message))
+    return sort_problems(problems)

@@ -16,10 +16,10 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from .. import cache
 from .facts import FactError, FactRegistry
+from .keys import digest
 from .yamlload import LineDict, YamlError, line_of, load_data, load_file
 
 RULES_SCHEMA = "mldebug-rules/rules/v1"
@@ -39,6 +39,15 @@ _WHY = {
     "examples": "since every signature carries example lines that `rules lint` checks",
     "remediation": "since every hypothesis says what to do now, what to investigate, and when it is wrong",
 }
+
+
+class BlobCache(Protocol):
+    """Where a load keeps what is slow to rebuild: bytes by namespace and key, and any failure is a miss.
+    The engine has no cache of its own; the caller hands one in (``mldebug_rules.cache`` is one)."""
+
+    def get(self, namespace: str, key: str) -> bytes | None: ...
+
+    def put(self, namespace: str, key: str, payload: bytes) -> bool: ...
 
 
 class PackError(ValueError):
@@ -143,14 +152,16 @@ def builtin_pack_dirs() -> list[Path]:
     return sorted(p for p in root.iterdir() if p.is_dir() and (p / "pack.yaml").is_file())
 
 
-def entry_point_pack_dirs() -> list[tuple[Path, str]]:
+def entry_point_pack_dirs(cache: BlobCache | None = None) -> list[tuple[Path, str]]:
     """Packs installed as Python distributions (entry-point group ``mldebug_rules.packs``).
     An entry point names a module (or ``module:attr`` returning a path) whose directory holds pack.yaml.
 
-    Reading every distribution's metadata costs more than the rest of a cached start-up, so the answer is
-    cached, keyed by the installed distributions and their entry_points.txt files."""
+    Reading every distribution's metadata costs more than the rest of a cached start-up, so with a ``cache``
+    the answer is kept, keyed by the installed distributions and their entry_points.txt files."""
+    if cache is None:
+        return _entry_point_pack_dirs()
     key = _distributions_key()
-    blob = key and cache.get("entry-points", key)
+    blob = cache.get("entry-points", key) if key else None
     if blob:
         try:
             return [(Path(p), str(o)) for p, o in json.loads(blob)]
@@ -180,7 +191,7 @@ def _distributions_key() -> str | None:
                     parts.append(name)
     except OSError:
         return None
-    return cache.digest(parts)
+    return digest(parts)
 
 
 def _entry_point_pack_dirs() -> list[tuple[Path, str]]:
@@ -209,13 +220,15 @@ def env_pack_dirs() -> list[Path]:
     return [Path(p) for p in raw.split(os.pathsep) if p.strip()]
 
 
-def discover(extra: Sequence[str | Path] = (), *, entry_points: bool = True) -> list[tuple[Path, str]]:
+def discover(
+    extra: Sequence[str | Path] = (), *, entry_points: bool = True, cache: BlobCache | None = None
+) -> list[tuple[Path, str]]:
     """Pack directories in precedence order: built-in, --rules, MLDEBUG_RULES_PATH, entry points."""
     dirs: list[tuple[Path, str]] = [(p, "builtin") for p in builtin_pack_dirs()]
     dirs += [(Path(p), "--rules") for p in extra]
     dirs += [(p, "MLDEBUG_RULES_PATH") for p in env_pack_dirs()]
     if entry_points:
-        dirs += entry_point_pack_dirs()
+        dirs += entry_point_pack_dirs(cache)
     return dirs
 
 
@@ -315,18 +328,22 @@ def load_packs(
     strict: bool = True,
     builtin: bool = True,
     params: Mapping[str, Any] | None = None,
+    cache: BlobCache | None = None,
 ) -> KnowledgeBase:
     """Load and cross-check every pack. Built-in pack errors always raise; a third-party pack's error
     raises under ``strict`` and otherwise disables only that pack, with a warning.
 
-    A successful load is cached on disk (see mldebug_rules/cache.py), keyed by the bytes of every pack file,
-    the engine's own schemas and code, and the options: parsing and validating the packs is most of a small
-    diagnosis' time. Errors are never cached, so a broken pack reports the same way every time."""
-    dirs = discover(extra, entry_points=entry_points)
+    With a ``cache`` (the command line hands in ``mldebug_rules.cache``), a successful load is kept, keyed by
+    the bytes of every pack file, the engine's own schemas and code, and the options: parsing and validating
+    the packs is most of a small diagnosis' time. Errors are never cached, so a broken pack reports the same
+    way every time."""
+    dirs = discover(extra, entry_points=entry_points, cache=cache)
     if not builtin:
         dirs = [d for d in dirs if d[1] != "builtin"]
+    if cache is None:
+        return load_pack_dirs(dirs, strict=strict, params=params)
     key = _kb_key(dirs, strict=strict, params=params)
-    blob = key and cache.get("kb", key)
+    blob = cache.get("kb", key) if key else None
     if blob:
         try:
             kb = pickle.loads(blob)
@@ -334,7 +351,7 @@ def load_packs(
                 return kb
         except Exception:
             pass  # an entry from another version of the code: rebuild it
-    kb = _load_packs(dirs, strict=strict, params=params)
+    kb = load_pack_dirs(dirs, strict=strict, params=params)
     if key:
         cache.put("kb", key, pickle.dumps(kb, protocol=pickle.HIGHEST_PROTOCOL))
     return kb
@@ -343,11 +360,10 @@ def load_packs(
 def _kb_key(
     dirs: Sequence[tuple[Path, str]], *, strict: bool, params: Mapping[str, Any] | None
 ) -> str | None:
-    """A digest of everything a load reads, or None when that cannot be told (then the load is not cached)."""
-    from .. import __version__
-
+    """A digest of everything a load reads, or None when that cannot be told (then the load is not cached).
+    The engine's own code and data files stand for its version: a KB pickled by other code is never served."""
     engine_dir = Path(__file__).parent
-    parts: list[bytes | str] = ["kb", __version__, sys.version, RULES_SCHEMA, repr(strict)]
+    parts: list[bytes | str] = ["kb", sys.version, RULES_SCHEMA, repr(strict)]
     parts.append(json.dumps(dict(params or {}), sort_keys=True, default=repr))
     try:
         for f in sorted(engine_dir.glob("*.py")) + sorted(engine_dir.glob("*.yaml")):
@@ -363,17 +379,19 @@ def _kb_key(
                 parts += [str(f.relative_to(path)), f.read_bytes()]
     except OSError:
         return None
-    return cache.digest(parts)
+    return digest(parts)
 
 
 class PackMissing(PackError):
     """A pack folder named on the command line that is not there, or has no pack.yaml: bad usage."""
 
 
-def _load_packs(
-    dirs: Sequence[tuple[Path, str]], *, strict: bool, params: Mapping[str, Any] | None
+def load_pack_dirs(
+    dirs: Sequence[tuple[Path, str]], *, strict: bool, params: Mapping[str, Any] | None = None
 ) -> KnowledgeBase:
-    """Read every pack, then assemble them; a third-party pack that fails anywhere (reading, merging, its
+    """The knowledge base of these ``(folder, origin)`` pairs, as ``discover`` lists them, never cached.
+
+    Read every pack, then assemble them; a third-party pack that fails anywhere (reading, merging, its
     overrides or its references) is left out and the others are assembled again without it, so that no pack
     can stop another one, the built-ins included. Built-in errors always raise (CI catches them)."""
     warnings: list[str] = []
@@ -398,7 +416,7 @@ def _load_packs(
                 raise PackError(
                     "--param", 0, f"unknown parameter {name!r} (`mldebug-rules rules list` shows them all)"
                 )
-            kb.params[name] = _coerce_param(kb.params[name], value, name)
+            kb.params[name] = coerce_param(kb.params[name], value, name)
     return kb
 
 
@@ -464,7 +482,9 @@ def _assemble(raws: Sequence[_RawPack]) -> tuple[KnowledgeBase, tuple[_RawPack, 
     return kb, None
 
 
-def _coerce_param(current: Any, value: Any, name: str) -> Any:
+def coerce_param(current: Any, value: Any, name: str) -> Any:
+    """``value`` (often a string from the command line or a test case) as the type of the parameter's current
+    value; a PackError naming the parameter when it does not convert."""
     if isinstance(value, str) and not isinstance(current, str):
         try:
             if isinstance(current, bool):
@@ -886,6 +906,7 @@ def iter_rule_files(kb: KnowledgeBase) -> Iterable[str]:
 
 
 __all__ = [
+    "BlobCache",
     "KnowledgeBase",
     "LineDict",
     "PackError",
@@ -893,5 +914,6 @@ __all__ = [
     "ProgressPattern",
     "Rule",
     "Signature",
+    "load_pack_dirs",
     "load_packs",
 ]

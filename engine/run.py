@@ -95,7 +95,7 @@ class _Collector:
             out += self._keep(fact)
         if spec.hypothesis:
             cites = tuple(bindings[name]["key"] for name in spec.cite)
-            role = spec.role or _role_of([bindings[n] for n in spec.cite])
+            role = spec.role or firing_role([bindings[n] for n in spec.cite])
             firing = Firing(
                 rule=rule,
                 hypothesis=spec.hypothesis,
@@ -127,8 +127,8 @@ class _Collector:
         return [fact.to_engine()] if fact.kind in self.compiled.consumed else []
 
 
-def _role_of(cited: Sequence[dict[str, Any]]) -> str:
-    """A firing resting only on cascade signatures is a cascade: look for the initiating fact. Context
+def firing_role(cited: Sequence[dict[str, Any]]) -> str:
+    """The role of a firing that declares none, from the facts it cites (as the engine matched them). A firing resting only on cascade signatures is a cascade: look for the initiating fact. Context
     signatures (start-up lines, settings, advice) refine a diagnosis without saying where a failure began, so
     they count for neither: next to a root or cascade signature the firing takes that one's role, and alone
     the firing is "context" (never discounted as a consequence, never a root that discounts others)."""

@@ -1,5 +1,6 @@
 """A small on-disk cache for what is slow to build and pure in its inputs: the loaded rule packs and the
-compiled hyperscan database. It is what lets a diagnosis start in a fraction of a second.
+compiled hyperscan database. It is what lets a diagnosis start in a fraction of a second. The engine does
+not import it: the face hands this module to ``load_packs(cache=...)``, whose ``BlobCache`` it satisfies.
 
 - Keys are content digests of every input (file bytes, versions, options), never modification times.
 - Entries are written atomically (a temporary file, then a rename), owner-only, and carry a digest of their
@@ -17,9 +18,10 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+
+from .engine.keys import digest  # the one key function: packs, hyperscan databases and YAML data share it
 
 _MAGIC = b"mldebug-cache-1\n"
 
@@ -32,16 +34,6 @@ def cache_dir() -> Path | None:
         return Path(explicit)
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "mldebug-rules"
-
-
-def digest(parts: Iterable[bytes | str]) -> str:
-    """A key from ordered parts; each part is length-prefixed so that parts cannot run into each other."""
-    h = hashlib.sha256()
-    for p in parts:
-        b = p.encode("utf-8", "surrogateescape") if isinstance(p, str) else p
-        h.update(len(b).to_bytes(8, "little"))
-        h.update(b)
-    return h.hexdigest()
 
 
 def _private(path: Path) -> bool:

@@ -14,7 +14,7 @@ from typing import Any
 
 from . import __version__
 from .errors import UsageError
-from .smoke_args import add_smoke_commands
+from .smokes.args import add_smoke_commands
 
 
 class _Parser(argparse.ArgumentParser):
@@ -253,13 +253,13 @@ def cmd_rules(args: argparse.Namespace) -> int:
 
 
 def cmd_smoke(args: argparse.Namespace) -> int:
-    from . import smokecmd
+    from .smokes import commands as smokecmd
 
     return smokecmd.main(args)
 
 
 def cmd_gate(args: argparse.Namespace) -> int:
-    from . import smokecmd
+    from .smokes import commands as smokecmd
 
     return smokecmd.gate(args)
 

@@ -14,7 +14,7 @@ from .collectors.ranks import rank_facts
 from .collectors.registry import default_probes
 from .engine.compile import CompiledRules, compile_kb
 from .engine.facts import Fact
-from .engine.gate import GateResult, apply_smokes
+from .engine.gate import Coverage, GateResult, apply_smokes
 from .engine.packs import KnowledgeBase, load_packs
 from .engine.rank import rank
 from .engine.run import EngineResult, run_rules
@@ -62,7 +62,7 @@ class Diagnosis:
     gate: GateResult
     evidence_seen: bool
     scanner: str
-    unexplained: list[Fact] = field(default_factory=list)
+    unexplained: list[Fact] = field(default_factory=list)  # the gate's: what kept "no_failure" from it
     inputs: list[Any] = field(default_factory=list)  # inputs.InputNote: what was not read, and why
     warnings: list[str] = field(default_factory=list)  # raised during this diagnosis (the kb has its own)
 
@@ -110,7 +110,9 @@ def check_engine(engine: str | None) -> None:
 def load_kb(req: Request) -> KnowledgeBase:
     """The packs for this request. A third-party pack that was disabled is one warning line on stderr here
     (and in every report format); under ``strict`` it raised instead."""
-    kb = load_packs(req.rules_dirs, strict=req.strict, params=req.params)
+    from . import cache
+
+    kb = load_packs(req.rules_dirs, strict=req.strict, params=req.params, cache=cache)
     for w in kb.warnings:
         print(f"mldebug-rules: warning: {w}", file=sys.stderr)
     return kb
@@ -163,25 +165,23 @@ def diagnose(
         result.firings = [f for f in result.firings if f.rule not in gone]
         warnings += [f"pack disabled: {pack}: {why}" for pack, why in sorted(disabled.items())]
     hyps = rank(kb, result.firings, result.facts)
-    gate = apply_smokes(kb, hyps, facts, trust_recorded=bool(req.options.get("trust_recorded")))
     evidence_seen = any(
         f.kind.startswith(_EVIDENCE_KINDS) and not (f.kind == "log.file" and f.file in blank) for f in facts
     )
-    if gate.verdict == "no_failure" and (not evidence_seen or any(n.blocking for n in notes)):
-        # Nothing read, or a named input that held nothing to read: that is not a healthy run.
-        gate.verdict = "uncertain"
     skipped = skipped_inputs(ctx, facts)
     if skipped:
         warnings += [f"input not read: {s}" for s in skipped[:MAX_SKIP_NOTES]]
         if len(skipped) > MAX_SKIP_NOTES:
             warnings.append(f"input not read: {len(skipped) - MAX_SKIP_NOTES} more")
-        if gate.verdict == "no_failure":  # what was not read may hold the failure: never a confident "no"
-            gate.verdict = "uncertain"
-    unexplained = unexplained_failures(facts) if gate.verdict == "no_failure" else []
-    if unexplained:
-        # A traceback or a root-role signature that no rule explains is a failure we do not know yet: saying
-        # "no failure" there would be a confident wrong answer.
-        gate.verdict = "uncertain"
+    # What was read, for the verdict; the gate alone decides it.
+    coverage = Coverage(
+        evidence_seen=evidence_seen,
+        blocked=any(n.blocking for n in notes),
+        skipped=bool(skipped),
+        unexplained=tuple(unexplained_failures(facts)),
+    )
+    trust = bool(req.options.get("trust_recorded"))
+    gate = apply_smokes(kb, hyps, facts, trust_recorded=trust, coverage=coverage)
     scanners = sorted({s for o in outputs for s in o.payload.get("scanner", [])})
     return Diagnosis(
         request=req,
@@ -192,7 +192,7 @@ def diagnose(
         engine=result,
         gate=gate,
         evidence_seen=evidence_seen,
-        unexplained=unexplained,
+        unexplained=gate.unexplained,
         inputs=notes,
         scanner=", ".join(scanners) or "none",
         warnings=warnings,

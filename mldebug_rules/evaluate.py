@@ -165,7 +165,9 @@ def _load_cases(cases_dir: Path, labels_dir: Path | None) -> list[Case]:
     return cases
 
 
-def _hit(ids: Sequence[str], verdict: str | None, case: Case) -> bool:
+def hit(ids: Sequence[str], verdict: str | None, case: Case) -> bool:
+    """Whether a diagnosis that ranked ``ids`` (top-1 or top-3) with ``verdict`` scores on ``case``: its
+    expected id or one it accepts is among them; for a healthy case, the verdict says "no_failure"."""
     fair = {case.expected, *case.accept}
     if case.expected == NO_FAILURE_ID:  # "nothing failed" is judged by the verdict, not by a listed id
         return verdict == "no_failure"
@@ -196,8 +198,8 @@ def evaluate(cases: Sequence[Case], rules_dirs: Sequence[Path] = ()) -> list[Res
                 difficulty=c.difficulty,
                 verdict=verdict,
                 got=got[:3],
-                top1=_hit(got[:1], verdict, c),
-                top3=_hit(got[:3], verdict, c),
+                top1=hit(got[:1], verdict, c),
+                top3=hit(got[:3], verdict, c),
                 error=error,
                 blind=c.blind,
             )

@@ -1,7 +1,7 @@
 """``mldebug-rules mcp``: a stdio Model Context Protocol server over the same pipeline as the command line.
 
 Each tool is one CLI command and calls the function the CLI calls (``diagnose`` + ``report.build``,
-``smokecmd.plan_data``, ``run_smoke``, ``record_smoke``, ``gate_check``); nothing shells out to the CLI.
+``smokes.plan.plan_data``, ``run_smoke``, ``record_smoke``, ``gate_check``); nothing shells out to the CLI.
 
 Safety, decided here and nowhere else:
 - every path a tool or resource is given must resolve (symlinks followed) inside one of the ``--root``
@@ -111,7 +111,7 @@ def diagnose_report(
 def plan_json(
     policy: Policy, run_dir: str, hypothesis: str | None = None, cmd: str | None = None
 ) -> dict[str, Any]:
-    from .smokecmd import plan_data
+    from .smokes.plan import plan_data
 
     rd = policy.path(run_dir, "run_dir")
     return plan_data(_ns(run_dir=str(rd), hypothesis=hypothesis, cmd=cmd, timeout=600.0))
@@ -146,8 +146,9 @@ def run_pair_half(
     control: str | None = None,
     started: _Started | None = None,
 ) -> dict[str, Any]:
-    from .smoke_exec import run_command
-    from .smokecmd import pair_state, run_smoke
+    from .smokes.common import pair_state
+    from .smokes.execute import run_command
+    from .smokes.run import run_smoke
 
     argv = _check_run(policy, argv, timeout_s)
     rd = policy.path(run_dir, "run_dir")
@@ -189,7 +190,7 @@ def _has_seq(pair: dict[str, Any], seq: int) -> bool:
 def record_result(
     policy: Policy, run_dir: str, hypothesis: str, outcome: str, note: str, smoke: str = ""
 ) -> dict[str, Any]:
-    from .smokecmd import record_smoke
+    from .smokes.record import record_smoke
 
     if outcome not in ("confirmed", "refuted", "inconclusive"):
         raise UsageError("outcome: confirmed, refuted or inconclusive")
@@ -202,7 +203,7 @@ def record_result(
 
 
 def gate_result(policy: Policy, run_dir: str, claim: str, trust_recorded: bool = False) -> dict[str, Any]:
-    from .smokecmd import gate_check
+    from .smokes.claim import gate_check
 
     rd = policy.path(run_dir, "run_dir")
     out = gate_check(_ns(run_dir=str(rd), claim=claim, trust_recorded=trust_recorded))
@@ -211,9 +212,10 @@ def gate_result(policy: Policy, run_dir: str, claim: str, trust_recorded: bool =
 
 
 def rules_index() -> dict[str, Any]:
+    from . import cache
     from .engine.packs import load_packs
 
-    kb = load_packs([])
+    kb = load_packs([], cache=cache)
     hyps = []
     for hid in sorted(set(kb.taxonomy) | set(kb.hypotheses)):
         info = kb.hypotheses.get(hid) or {}

@@ -7,7 +7,6 @@ quotes its evidence as ``file:line`` (or the probe's name). Output is determinis
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from typing import Any
 
 from .collectors.ranks import report_section as ranks_section
@@ -15,6 +14,7 @@ from .diagnose import Diagnosis
 from .engine.facts import Fact
 from .engine.rank import Hypothesis
 from .redact import clip, redact_obj
+from .smokes.outcomes import outcome_lines, outcome_table, pair_lines
 
 SCHEMA = "mldebug-rules/report/v1"
 MAX_EVIDENCE = 8
@@ -57,10 +57,7 @@ def smoke_block(d: Diagnosis, smoke_id: str | None) -> dict[str, Any] | None:
         "id": smoke_id,
         "description": spec["description"],
         "discriminates": list(spec["discriminates"]),
-        "outcomes": {
-            name: {k: v for k, v in o.items() if k in ("confirms", "refutes", "meaning") and v}
-            for name, o in sorted(spec["outcomes"].items())
-        },
+        "outcomes": outcome_table(spec),
     }
     if spec.get("recipe"):
         block["recipe"] = spec["recipe"]
@@ -197,7 +194,7 @@ def next_action(d: Diagnosis) -> str:
         return text
     if d.unexplained:
         f = d.unexplained[0]  # a log.tail fact whose scrollback holds a traceback
-        where = f.file or f.probe or f.kind
+        where = f.file or f.source  # a fact read from no file (a bundle, a live probe) cites its probe
         return (
             f"A failure that no rule explains yet (a Python traceback ends the log, {where}): read its last exception in the scrollback "
             "below; rerun the failing step alone (one process, CUDA_LAUNCH_BLOCKING=1) to localise it, and "
@@ -277,7 +274,7 @@ def build(d: Diagnosis) -> dict[str, Any]:
     smokes = _smokes_section(d)  # smoke pairs (baseline, change) and results recorded by hand
     if smokes:
         report["smokes"] = smokes
-    from .smoke_controls import report_section  # controls: smoke reruns paired with their baselines
+    from .smokes.controls import report_section  # controls: smoke reruns paired with their baselines
 
     controls = report_section(d.request.run_dirs)
     if controls:
@@ -382,37 +379,6 @@ def _rank_lines(ranks: dict[str, Any] | None, bullet: str, code: str) -> list[st
     return [*out, ""]
 
 
-def outcome_lines(outcomes: Mapping[str, Any], indent: str) -> list[str]:
-    """What each outcome of a smoke's change would mean (the report and `smoke plan` say it alike)."""
-    lines = []
-    for name, o in outcomes.items():
-        bits = [f"confirms {', '.join(o['confirms'])}"] if o.get("confirms") else []
-        bits += [f"refutes {', '.join(o['refutes'])}"] if o.get("refutes") else []
-        if name == "timed_out":
-            bits = ["decides nothing"]
-        meaning = f" - {o['meaning']}" if o.get("meaning") not in (None, "", "inconclusive") else ""
-        lines.append(f"{indent}if the change {name}: {'; '.join(bits) or 'inconclusive'}{meaning}")
-    return lines
-
-
-def pair_lines(p: Mapping[str, Any], indent: str, first: str | None = None) -> list[str]:
-    """A pair in text: both commands, the argv difference, both outcomes, and what it decided. ``first``
-    prefixes the first line instead of ``indent`` (a markdown bullet)."""
-    head = {"confirmed": "CONFIRMED"}.get(p["outcome"], p["outcome"])
-    smoke = p["smoke"] or "no smoke declared"
-    lines = [f"{indent if first is None else first}pair for {p['hypothesis']} ({smoke}): {head}: {p['why']}"]
-    for label, half in (("baseline", p["baseline"]), ("change", p["change"])):
-        if half is None:
-            lines.append(f"{indent}  {label + ':':9} missing")
-        else:
-            why = f" ({half['reason']})" if half.get("reason") else ""
-            lines.append(f"{indent}  {label + ':':9} #{half['seq']} {half['command']}")
-            lines.append(f"{indent}  {'':9} -> {half['classification']}{why}")
-    if p["argv_diff"]:
-        lines.append(f"{indent}  argv difference: {'; '.join(p['argv_diff'])}")
-    return lines
-
-
 def _pair_section(smokes: dict[str, Any] | None, h1: str, bullet: str) -> list[str]:
     if not smokes or not smokes.get("pairs"):
         return []
@@ -514,7 +480,7 @@ def to_text(report: dict[str, Any], markdown: bool = False) -> str:
         )
         lines.append("")
     lines += _pair_section(report.get("smokes"), h1, bullet)
-    from .smoke_controls import text_lines as _control_lines
+    from .smokes.controls import text_lines as _control_lines
 
     lines += _control_lines(report.get("controls"), markdown)
     lines.append(f"{h1}4. Verdict: {verdict}" + (f" ({report['cause']})" if report["cause"] else ""))

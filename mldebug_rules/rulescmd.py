@@ -10,9 +10,11 @@ from .errors import UsageError
 
 
 def _load(args: argparse.Namespace):
+    from . import cache
     from .engine.packs import load_packs
 
-    return load_packs([Path(p) for p in args.packs], strict=bool(args.strict) or args.action != "list")
+    strict = bool(args.strict) or args.action != "list"
+    return load_packs([Path(p) for p in args.packs], strict=strict, cache=cache)
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -41,7 +43,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_lint(args: argparse.Namespace) -> int:
-    from .engine.lint import lint
+    from .pack_lint import lint
 
     kb = _load(args)
     only = {Path(p).resolve() for p in args.packs}
@@ -57,7 +59,7 @@ def cmd_lint(args: argparse.Namespace) -> int:
 
 
 def cmd_test(args: argparse.Namespace) -> int:
-    from .engine.ruletest import run_pack_tests
+    from .pack_tests import run_pack_tests
 
     kb = _load(args)
     only = {Path(p).resolve() for p in args.packs}

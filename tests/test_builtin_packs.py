@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 import yaml
 from mldebug_rules.engine import lint as lint_module
-from mldebug_rules.engine.lint import lint
 from mldebug_rules.engine.packs import KnowledgeBase
-from mldebug_rules.engine.ruletest import load_cases, run_case
+
+from mldebug_rules.pack_lint import lint
+from mldebug_rules.pack_tests import load_cases, run_case
 
 RULES = Path(__file__).resolve().parents[1] / "rules"
 TEST_FILES = sorted(RULES.rglob("*.test.yaml"))
@@ -43,7 +44,7 @@ def test_case(kb: KnowledgeBase, path: Path, case: dict[str, Any]) -> None:
 def test_builtin_packs_lint_clean(kb: KnowledgeBase, monkeypatch: pytest.MonkeyPatch) -> None:
     # Everything `rules lint` checks except its timings of each regex on 1 MB lines: a wall-clock limit
     # would make this test depend on the machine's load (no timed unit tests; bench/ measures speed).
-    monkeypatch.setattr(lint_module, "_ADVERSARIAL", ())
+    monkeypatch.setattr(lint_module, "ADVERSARIAL_LINES", ())
     builtin = {p.name for p in kb.packs if p.origin == "builtin"}
     errors = [p.format() for p in lint(kb, only_packs=builtin) if p.severity == "error"]
     assert not errors, "\n".join(errors)

@@ -59,9 +59,9 @@ def test_digest_parts_cannot_run_together() -> None:
 
 def test_kb_cache_hit_and_invalidation(cache_dir: Path, tmp_path: Path) -> None:
     d = pack(tmp_path, GOOD_RULE)
-    first = load_packs([d], entry_points=False)
+    first = load_packs([d], entry_points=False, cache=cache)
     assert len(entries(cache_dir, "kb")) == 1
-    again = load_packs([d], entry_points=False)
+    again = load_packs([d], entry_points=False, cache=cache)
     assert [r.id for r in again.rules] == [r.id for r in first.rules]
     assert len(entries(cache_dir, "kb")) == 1  # served, not rebuilt
     # An edit that keeps the size and the second-resolution mtime still changes the key: keys are contents.
@@ -71,7 +71,7 @@ def test_kb_cache_hit_and_invalidation(cache_dir: Path, tmp_path: Path) -> None:
     assert "r1" in text
     rules.write_text(text.replace("r1", "r2", 1))
     os.utime(rules, ns=(st.st_atime_ns, st.st_mtime_ns))
-    edited = load_packs([d], entry_points=False)
+    edited = load_packs([d], entry_points=False, cache=cache)
     ids = {r.id for r in edited.rules}
     assert "acme.r2" in ids and "acme.r1" not in ids
     assert len(entries(cache_dir, "kb")) == 2
@@ -81,13 +81,13 @@ def test_errors_are_not_cached(cache_dir: Path, tmp_path: Path) -> None:
     d = pack(tmp_path, GOOD_RULE.replace("hypothesis: gpu_oom", "hypothesis: no_such_id"))
     for _ in range(2):
         with pytest.raises(PackError):
-            load_packs([d], entry_points=False, strict=True)
+            load_packs([d], entry_points=False, strict=True, cache=cache)
     assert entries(cache_dir, "kb") == []
 
 
 def test_cache_off_writes_nothing(cache_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MLDEBUG_CACHE", "0")
-    load_packs([pack(tmp_path, GOOD_RULE)], entry_points=False)
+    load_packs([pack(tmp_path, GOOD_RULE)], entry_points=False, cache=cache)
     assert not cache_dir.exists()
 
 
@@ -119,3 +119,13 @@ def test_yaml_data_is_served_as_json_and_only_when_that_is_lossless(cache_dir: P
         "when": __import__("datetime").date(2024, 1, 1),
     }
     assert len(entries(cache_dir, "yaml-data")) == 1  # integer keys and dates do not survive JSON
+
+
+def test_the_engine_caches_only_what_it_is_handed(cache_dir: Path, tmp_path: Path) -> None:
+    """The engine imports no cache: a load without one writes nothing, and the same load with the face's cache
+    keeps its result there."""
+    d = pack(tmp_path, GOOD_RULE)
+    load_packs([d], entry_points=False)
+    assert not cache_dir.exists() or entries(cache_dir, "kb") == []
+    load_packs([d], entry_points=False, cache=cache)
+    assert len(entries(cache_dir, "kb")) == 1

@@ -201,11 +201,11 @@ def test_compiled_ruleset_is_sorted_json_and_stable() -> None:
 
 def test_lint_refuses_what_would_overflow_durable_alpha_stack() -> None:
     from mldebug_rules.engine.compile import alpha_fanout
-    from mldebug_rules.engine.lint import MAX_FANOUT, lint
+    from mldebug_rules.engine.lint import MAX_FANOUT, lint_kb
 
     def crowded(n: int) -> list[str]:
         kb = _kb(_durable_worker.joined_patterns(n))
-        return [p.message for p in lint(kb) if "error 303" in p.message]
+        return [p.message for p in lint_kb(kb) if "error 303" in p.message]
 
     assert max(alpha_fanout(compile_kb(_kb(_durable_worker.joined_patterns(70)))).values()) == 70
     assert crowded(MAX_FANOUT) == []

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 from mldebug_rules.engine.packs import load_packs
-from mldebug_rules.engine.ruletest import run_pack_tests
+
+from mldebug_rules.pack_tests import run_pack_tests
 
 MANIFEST = "pack: acme\nversion: 0.1.0\ndescription: test pack\nrequires: mldebug-rules/rules/v1\n"
 GOOD_RULE = """rules:
@@ -99,7 +100,9 @@ rules:
 
 
 def test_lint_rejects_nested_quantifiers(tmp_path: Path) -> None:
-    from mldebug_rules.engine.lint import lint, nested_quantifier
+    from mldebug_rules.engine.lint import nested_quantifier
+
+    from mldebug_rules.pack_lint import lint
 
     assert nested_quantifier("(b+)+$") and nested_quantifier(r"(?:\w+\s*)*:") and nested_quantifier("((b+))*")
     assert nested_quantifier(r"(?:\w+\.)+\w+") is None and nested_quantifier(r"x(\d+)?y") is None
@@ -118,7 +121,7 @@ def test_lint_derived_attack_lines_catch_what_the_static_check_misses(tmp_path: 
     body = REDOS_PACK.replace("'(b+)+$'", "'^(a|aa)+$'").replace('["bbb"]', '["aaa"]')
     kb = load_packs([make_pack(tmp_path, body)], entry_points=False, strict=True)
     assert lint_mod.nested_quantifier("^(a|aa)+$") is None
-    errors = [p for p in lint_mod._backtracking_problems(kb, {"acme"}) if p.severity == "error"]
+    errors = [p for p in lint_mod.backtracking_problems(kb, {"acme"}) if p.severity == "error"]
     assert errors and "catastrophic backtracking" in errors[0].message
 
 
@@ -822,7 +825,7 @@ def test_plan_and_gate_never_offer_inline_code_from_a_log(tmp_path: Path) -> Non
 
 
 def test_known_launchers_are_still_offered(tmp_path: Path) -> None:
-    from mldebug_rules.smoke_recipe import find_command
+    from mldebug_rules.smokes.recipe import find_command
 
     run = tmp_path / "run"
     run.mkdir()

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from mldebug_rules.engine.packs import PackError, _load_packs, load_packs
+from mldebug_rules.engine.packs import PackError, load_pack_dirs, load_packs
 from mldebug_rules.engine.yamlload import YamlError
 
 MANIFEST = "pack: {name}\nversion: 0.1.0\ndescription: test pack\nrequires: mldebug-rules/rules/v1\n"
@@ -176,7 +176,7 @@ def test_unnamespaced_id_suggests_the_namespaced_one(tmp_path: Path) -> None:
 def test_a_broken_builtin_pack_is_an_internal_error(tmp_path: Path) -> None:
     d = make_pack(tmp_path, "core2", rule(kind="log.nope"))
     with pytest.raises(PackError, match="unknown fact kind"):
-        _load_packs([(d, "builtin")], strict=False, params=None)
+        load_pack_dirs([(d, "builtin")], strict=False)
 
 
 # --- authors iterate: one pack per real path, the source folder over the installed copy ----------------------
@@ -248,10 +248,9 @@ rules:
 
 
 def test_a_context_signature_refines_a_builtin_diagnosis(tmp_path: Path) -> None:
-    from mldebug_rules.engine.lint import lint
-
     from mldebug_rules import report
     from mldebug_rules.diagnose import Request, diagnose
+    from mldebug_rules.pack_lint import lint
 
     d = make_pack(tmp_path, "acme", REFINE)
     kb = load_packs([d], entry_points=False, strict=True)
@@ -279,12 +278,12 @@ def test_a_context_signature_refines_a_builtin_diagnosis(tmp_path: Path) -> None
 
 
 def test_context_signatures_take_no_part_in_a_firings_role() -> None:
-    from mldebug_rules.engine.run import _role_of
+    from mldebug_rules.engine.run import firing_role
 
     def sig(role: str) -> dict[str, str]:
         return {"kind": "log.signature", "role": role}
 
-    assert _role_of([sig("context"), sig("root")]) == "root"
-    assert _role_of([sig("context"), sig("cascade")]) == "cascade"  # not turned into a root by the context
-    assert _role_of([sig("context")]) == "context"
-    assert _role_of([sig("context"), {"kind": "kernel.xid"}]) == "root"
+    assert firing_role([sig("context"), sig("root")]) == "root"
+    assert firing_role([sig("context"), sig("cascade")]) == "cascade"  # not turned into a root by the context
+    assert firing_role([sig("context")]) == "context"
+    assert firing_role([sig("context"), {"kind": "kernel.xid"}]) == "root"

@@ -12,8 +12,7 @@ from mldebug_rules.engine.packs import KnowledgeBase
 
 from mldebug_rules import report
 from mldebug_rules.diagnose import Request, diagnose
-from mldebug_rules.evaluate import Result, load_cases, summarize
-from mldebug_rules.evaluate import _hit as hit
+from mldebug_rules.evaluate import Result, hit, load_cases, summarize
 
 REALWORLD = Path(__file__).resolve().parents[1] / "fixtures" / "realworld"
 MIN_CASES = 20

@@ -11,14 +11,20 @@ import time
 from pathlib import Path
 
 import pytest
-from mldebug_rules.collectors.smoke_state import append_record, read_records, state_path
-from mldebug_rules.engine.gate import argv_diff
+from mldebug_rules.engine.gate import argv_diff, map_outcome
 from mldebug_rules.engine.packs import KnowledgeBase
 
 from mldebug_rules.errors import UsageError
-from mldebug_rules.smoke_controls import effect_of, find_baseline, pairs, parse_control
-from mldebug_rules.smoke_exec import Execution, classify, failure_signatures, run_command, signature_scanner
-from mldebug_rules.smoke_recipe import (
+from mldebug_rules.smokes.common import program_of, smokes_for
+from mldebug_rules.smokes.controls import effect_of, find_baseline, pairs, parse_control
+from mldebug_rules.smokes.execute import (
+    Execution,
+    classify,
+    failure_signatures,
+    run_command,
+    signature_scanner,
+)
+from mldebug_rules.smokes.recipe import (
     apply_recipe,
     conditions_of,
     find_command,
@@ -26,7 +32,7 @@ from mldebug_rules.smoke_recipe import (
     resolve_onset,
     split_command,
 )
-from mldebug_rules.smokecmd import map_outcome, program_of, smokes_for
+from mldebug_rules.smokes.state import append_record, read_records, state_path
 
 HALVE = {"overrides": {"batch_size": 1, "max_steps": 1}}
 FP32 = {"overrides": {"precision": "32", "fp16": False, "bf16": False}}

@@ -1,7 +1,8 @@
 """Pack test cases (``<name>.test.yaml``): inputs in, expected hypotheses out, like ``promtool test rules``.
 
 Each case runs the whole offline pipeline (scanner, collectors, engine, ranking, gate) on a temporary run
-directory, so a pack's tests exercise its signatures and rules exactly as ``diagnose`` does.
+directory, so a pack's tests exercise its signatures and rules exactly as ``diagnose`` does. That is why this
+lives in the face, beside ``diagnose``, and not in the engine (which may not import the collectors).
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ from typing import Any
 
 import cerberus
 
-from .packs import KnowledgeBase, PackError, PackInfo, _coerce_param
-from .yamlload import line_of, load_file
+from .collectors.registry import default_probes
+from .diagnose import Request, diagnose
+from .engine.packs import KnowledgeBase, PackError, PackInfo, coerce_param
+from .engine.yamlload import line_of, load_file
 
 CASE_SCHEMA: dict[str, Any] = {
     "cases": {
@@ -70,7 +73,6 @@ def load_cases(path: Path) -> list[tuple[int, dict[str, Any]]]:
 
 def run_case(kb: KnowledgeBase, path: Path, case: dict[str, Any], engine: str | None = None) -> list[str]:
     """The differences between expected and actual (empty: the case passes)."""
-    from ..diagnose import Request, diagnose
 
     case_kb = kb
     if case.get("params"):
@@ -79,7 +81,7 @@ def run_case(kb: KnowledgeBase, path: Path, case: dict[str, Any], engine: str | 
         for k, val in case["params"].items():
             if k not in kb.params:
                 return [f"unknown parameter {k!r}"]
-            case_kb.params[k] = _coerce_param(kb.params[k], val, k)
+            case_kb.params[k] = coerce_param(kb.params[k], val, k)
     extra = []
     for f in case.get("facts", []):
         extra.append(
@@ -127,8 +129,6 @@ def run_case(kb: KnowledgeBase, path: Path, case: dict[str, Any], engine: str | 
             run_dirs.append(d)
         if not run_dirs:
             run_dirs.append(Path(tmp))
-        from ..collectors.registry import default_probes
-
         probes = default_probes(live=False)
         d = diagnose(
             Request(run_dirs=run_dirs, offline=True, engine=engine, options={"trust_recorded": True}),

@@ -1,6 +1,6 @@
 """The ``smoke plan | run | record`` and ``gate`` command lines: each subcommand owns its flags.
 
-Kept apart from ``smokecmd`` (which imports the whole diagnosis pipeline) so that building the parser stays
+Kept apart from ``commands`` (which imports the whole diagnosis pipeline) so that building the parser stays
 cheap at start-up.
 """
 

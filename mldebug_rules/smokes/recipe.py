@@ -4,7 +4,7 @@ The command is found in (first hit wins) ``--cmd``, a bundle's recorded process 
 in a training log (``torchrun ...``, ``python train.py ...``, HF-style ``Running with args: [...]``) or a
 launch script in the run directory. It is only ever *shown*: ``smoke run`` executes the argv the user passes,
 never a string built from log text. How generic override keys map onto each framework's flags is data
-(``engine/smoke_overrides.yaml``), so supporting another framework is a YAML edit.
+(``overrides.yaml`` beside this module), so supporting another framework is a YAML edit.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from typing import Any
 
 import yaml
 
-from .collectors.rundir import find_run_files
-from .engine.safeio import open_regular, read_capped, read_up_to
+from ..collectors.rundir import find_run_files
+from ..engine.safeio import open_regular, read_capped, read_up_to
 
 MAX_SCAN_BYTES = 1 << 20  # the launch echo sits at the top of a log: never read a huge log whole
 MAX_SCAN_LINES = 5000
@@ -38,7 +38,7 @@ _BOOL_WORDS = {"true", "false", "1", "0", "yes", "no"}
 
 @cache
 def overrides_table() -> dict[str, Any]:
-    text = resources.files("mldebug_rules.engine").joinpath("smoke_overrides.yaml").read_text("utf-8")
+    text = resources.files("mldebug_rules.smokes").joinpath("overrides.yaml").read_text("utf-8")
     return dict(yaml.safe_load(text))
 
 
@@ -167,7 +167,7 @@ def find_command(run_dir: Path, cmd: str | None = None) -> FoundCommand | None:
         try:
             return FoundCommand(shlex.split(cmd), "--cmd")
         except ValueError as e:
-            from .errors import UsageError
+            from ..errors import UsageError
 
             raise UsageError(f"--cmd: {e}") from None
     files = find_run_files(run_dir)

@@ -1,6 +1,6 @@
 """Controls: a smoke rerun with exactly one variable changed, paired with its baseline (the same smoke without
 the change) from the same state file. What the pair shows, and the mechanism that narrows to, come from the
-table in ``engine/smoke_controls.yaml``.
+table in ``controls.yaml`` beside this module.
 """
 
 from __future__ import annotations
@@ -11,16 +11,16 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from .errors import UsageError
+from ..errors import UsageError
 
 FAILING = ("reproduced", "failed_differently")
 
 
 @cache
 def controls_table() -> dict[str, Any]:
-    from .engine.yamlload import load_data  # only when a report has control runs
+    from ..engine.yamlload import load_data  # only when a report has control runs
 
-    text = resources.files("mldebug_rules.engine").joinpath("smoke_controls.yaml").read_text("utf-8")
+    text = resources.files("mldebug_rules.smokes").joinpath("controls.yaml").read_text("utf-8")
     return dict(load_data(text))
 
 
@@ -126,7 +126,7 @@ def pairs(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 def report_section(run_dirs: Iterable[Path]) -> list[dict[str, Any]]:
     """The report's ``controls`` section: one entry per control run, its baseline and what it narrows to."""
-    from .collectors.smoke_state import read_records
+    from .state import read_records
 
     out: list[dict[str, Any]] = []
     for root in run_dirs:

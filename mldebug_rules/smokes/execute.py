@@ -20,9 +20,9 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .collectors.logscan import Pattern, Scanner
-from .engine.packs import KnowledgeBase
-from .redact import redact
+from ..collectors.logscan import Pattern, Scanner
+from ..engine.packs import KnowledgeBase
+from ..redact import redact
 
 HEAD_BYTES = 64 << 10
 TAIL_BYTES = 192 << 10
