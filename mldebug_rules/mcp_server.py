@@ -404,7 +404,8 @@ def report_uri(run_dir: str | Path) -> str:
 
 def warm_up() -> None:
     """Imports what the tools call, ahead of the first call (the server runs this in the background)."""
-    from . import diagnose, report, smokecmd  # noqa: F401
+    from . import diagnose, report  # noqa: F401
+    from .smokes import claim, common, execute, plan, record, run  # noqa: F401
 
 
 def _failed(e: BaseException) -> int:

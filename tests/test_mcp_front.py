@@ -375,3 +375,30 @@ def test_notifications_and_responses_do_not_wait_for_the_sdk() -> None:
     assert [m.get("method") for m in h.handed()] == ["notifications/cancelled", None]
     h.front.handle(json.dumps({"jsonrpc": "2.0", "id": 7}))  # neither: the SDK says what is wrong with it
     assert h.front.needs_sdk and h.started == 1
+
+
+def test_warm_up_imports_every_module_the_tools_call() -> None:
+    """The warm-up runs in a thread whose errors are swallowed, so a stale module path there would only
+    show as a slow first tool call: it must import cleanly, and cover each module the tools import."""
+    import ast
+
+    from mldebug_rules import mcp_server
+
+    mcp_server.warm_up()  # raises ImportError on a module path that moved away
+    tree = ast.parse(Path(mcp_server.__file__).read_text())
+    called: set[str] = set()
+    warmed: set[str] = set()
+    for fn in ast.walk(tree):
+        if not isinstance(fn, ast.FunctionDef):
+            continue
+        for node in ast.walk(fn):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                if node.module is None:  # from . import diagnose, report
+                    mods = {a.name for a in node.names}
+                elif node.module == "smokes":  # from .smokes import plan, run
+                    mods = {f"smokes.{a.name}" for a in node.names}
+                else:  # from .smokes.plan import plan_data
+                    mods = {node.module}
+                (warmed if fn.name == "warm_up" else called).update(mods)
+    pipeline = {m for m in called if m.split(".")[0] in ("diagnose", "report", "smokes")}
+    assert pipeline and pipeline <= warmed, sorted(pipeline - warmed)
