@@ -164,7 +164,10 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--rules", action="append", default=[], metavar="DIR", help="an extra rule pack")
     e.add_argument("--format", choices=["text", "json"], default="text", help="the summary's format")
     e.add_argument(
-        "--subset", choices=["all", "non-blind", "blind"], default="all", help="cases to evaluate (blind.txt)"
+        "--subset",
+        choices=["all", "non-blind", "blind", "fresh"],
+        default="all",
+        help="cases to evaluate (blind.txt, fresh.txt)",
     )
     e.add_argument("--show-blind", action="store_true", help="print the blind cases' per-case results too")
 

@@ -10,6 +10,10 @@ writing rules: the figures are reported for all cases, the non-blind ones and th
 lines (misses, results) leave the blind cases out unless ``--show-blind`` is given. ``--subset`` evaluates only
 the non-blind or the blind cases.
 
+A ``fresh.txt`` beside it (same format) names the cases written after the rules they are measured against, by
+people who write no rules: the round's honest measure of generalisation, reported as the ``fresh`` split. Each
+round replaces the list, since fresh non-blind cases may be studied once the round's figures are taken.
+
 Exit status: 0 whatever the accuracy; 2 for bad input (one line on stderr).
 """
 
@@ -31,7 +35,8 @@ SCHEMA = "mldebug-rules/eval/v1"
 NO_FAILURE_ID = "completed_normally"
 _MAX_DEPTH = 4  # how deep expected.yaml files are looked for under CASES_DIR
 BLIND_FILE = "blind.txt"
-SUBSETS = ("all", "non-blind", "blind")
+FRESH_FILE = "fresh.txt"
+SUBSETS = ("all", "non-blind", "blind", "fresh")
 
 
 @dataclass
@@ -42,6 +47,7 @@ class Case:
     accept: list[str] = field(default_factory=list)
     difficulty: str = "fixture"
     blind: bool = False
+    fresh: bool = False
 
 
 @dataclass
@@ -56,6 +62,7 @@ class Result:
     top3: bool
     error: str | None = None
     blind: bool = False
+    fresh: bool = False
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
@@ -120,9 +127,9 @@ def _find_expected(root: Path) -> list[Path]:
     return out
 
 
-def read_blind(cases_dir: Path) -> set[str]:
-    """Case names listed in CASES_DIR/blind.txt (empty when there is none)."""
-    path = cases_dir / BLIND_FILE
+def read_blind(cases_dir: Path, name: str = BLIND_FILE) -> set[str]:
+    """Case names listed in CASES_DIR/blind.txt, or another list of that format (empty when there is none)."""
+    path = cases_dir / name
     if not path.is_file():
         return set()
     try:
@@ -135,8 +142,10 @@ def read_blind(cases_dir: Path) -> set[str]:
 def load_cases(cases_dir: Path, labels_dir: Path | None) -> list[Case]:
     cases = _load_cases(cases_dir, labels_dir)
     blind = read_blind(cases_dir)
+    fresh = read_blind(cases_dir, FRESH_FILE)
     for c in cases:
         c.blind = c.name in blind or c.path.name in blind
+        c.fresh = c.name in fresh or c.path.name in fresh
     return cases
 
 
@@ -202,6 +211,7 @@ def evaluate(cases: Sequence[Case], rules_dirs: Sequence[Path] = ()) -> list[Res
                 top3=hit(got[:3], verdict, c),
                 error=error,
                 blind=c.blind,
+                fresh=c.fresh,
             )
         )
     return results
@@ -238,6 +248,10 @@ def summarize(results: Sequence[Result], show_blind: bool = False) -> dict[str, 
             "blind": _figures([r for r in results if r.blind]),
         }
         out["blind_details"] = "shown" if show_blind else "withheld"
+    if any(r.fresh for r in results):
+        out.setdefault("split", {"all": _figures(results)})["fresh"] = _figures(
+            [r for r in results if r.fresh]
+        )
     out["misses"] = [
         {
             "case": r.case,
@@ -270,7 +284,14 @@ def to_text(s: dict[str, Any]) -> str:
     if s.get("split"):
         lines.append("")
         lines.append("split:")
-        for key, label in (("all", "all"), ("non_blind", "non-blind"), ("blind", "blind")):
+        for key, label in (
+            ("all", "all"),
+            ("non_blind", "non-blind"),
+            ("blind", "blind"),
+            ("fresh", "fresh"),
+        ):
+            if key not in s["split"]:
+                continue
             v = s["split"][key]
             t1, t3 = _pct(v["top1"]), _pct(v["top3"])
             lines.append(f"  {label:12s} {v['cases']:4d} cases   top-1 {t1:>16s}   top-3 {t3:>16s}")
@@ -298,6 +319,8 @@ def main(args: argparse.Namespace) -> int:
         cases = [c for c in cases if not c.blind]
     elif subset == "blind":
         cases = [c for c in cases if c.blind]
+    elif subset == "fresh":
+        cases = [c for c in cases if c.fresh]
     rules = [Path(x) for x in getattr(args, "rules", [])]
     for r in rules:
         if not r.is_dir():

@@ -4,6 +4,7 @@ difficulty buckets, completed_normally judged by the verdict, text and JSON outp
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -77,3 +78,23 @@ def test_blind_cases_reported_apart_and_their_details_withheld(
     assert main(["eval", str(cases), "--subset", "non-blind", "--format", "json"]) == 0
     s = json.loads(capsys.readouterr().out)
     assert s["cases"] == 2 and "split" not in s
+
+
+def test_fresh_cases_are_a_split_of_their_own(cases: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """fresh.txt names the cases written after the rules: their figure is reported apart, blind or not, and
+    --subset fresh evaluates only them."""
+    shutil.copy(FIXTURES / "dist_peer_crash" / "expected.yaml", cases / "peer" / "expected.yaml")
+    (cases / "empty" / "expected.yaml").write_text("diagnosis: gpu_oom\n")
+    (cases / "fresh.txt").write_text("# written after the rules\nempty\n")
+    assert main(["eval", str(cases), "--format", "json"]) == 0
+    s = json.loads(capsys.readouterr().out)
+    assert s["split"]["all"]["cases"] == 2 and "blind" not in s["split"]
+    assert s["split"]["fresh"] == {
+        "cases": 1,
+        "top1": {"hits": 0, "total": 1, "accuracy": 0.0},
+        "top3": {"hits": 0, "total": 1, "accuracy": 0.0},
+    }
+    assert main(["eval", str(cases)]) == 0
+    assert re.search(r"^  fresh +1 cases +top-1 +0/1 \(0\.0%\)", capsys.readouterr().out, re.M)
+    assert main(["eval", str(cases), "--subset", "fresh", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["cases"] == 1
