@@ -153,13 +153,13 @@ class SampleBuilder(Protocol):
 class Sampler(Protocol):
     """A reader shown some stretches of each file during the scan's one pass, so that nothing reads the file a
     second time (the metrics probe's metric lines: collectors/metrics_parse.py). `ranges` picks the stretches by
-    byte offset (None: all of it); `match` runs on each segment of whole lines that overlaps one, in the thread
-    that scans it; `builder(...).add` then gets the matches in file order, and `finish` gives the file's
+    byte offset (None: all of it); `match` runs on each segment of whole lines that overlaps one (with the
+    segment's offset and the ranges, to read only the lines in them), in the thread that scans it; `builder(...).add` then gets the matches in file order, and `finish` gives the file's
     ScanResult.sampled. Samplers travel to worker processes by pickling."""
 
     def ranges(self, size: int, compressed: bool) -> list[tuple[int, int]] | None: ...
 
-    def match(self, seg: bytes) -> Any: ...
+    def match(self, seg: bytes, offset: int, ranges: list[tuple[int, int]] | None) -> Any: ...
 
     def builder(self, path: str, size: int, compressed: bool) -> SampleBuilder: ...
 
@@ -685,7 +685,7 @@ class _FileScan:
         start_offset = self.offset
         self.offset += len(seg)
         if self.sample_match is not None and _overlaps(self.sample_ranges, start_offset, self.offset):
-            self.sample_sink(self.lines, self.sample_match(seg))
+            self.sample_sink(self.lines, self.sample_match(seg, start_offset, self.sample_ranges))
         if b"\r" in seg:  # CR LF -> LF once per segment, so neither `$` nor texts ever see the CR
             seg = seg.replace(b"\r\n", b"\n")
             if unterminated and seg.endswith(b"\r"):  # a final line cut inside its CR LF
@@ -738,8 +738,12 @@ class _FileScan:
             if idx in skip:
                 continue
             start = seg.rfind(b"\n", 0, end) + 1
+            comp = compiled[idx] or sc._comp(idx)
             try:
-                m = (compiled[idx] or sc._comp(idx)).search(seg[start:end])
+                m = comp.search(seg[start:end])
+                if m is None:  # a match that ran on across a newline (\s): any line of the segment confirming?
+                    ends = sc._last_ends(seg, [idx], whole=True).get(idx, [])
+                    m = _last_confirmed(seg, ends, comp.search)
             except PatternTimeout:
                 self._give_up(idx, base + 1)
                 continue
