@@ -91,3 +91,45 @@ def test_a_diagnosis_reads_each_log_once_and_walks_each_run_dir_once(
     metrics = next(p for p in d.probes if p.name == "metrics")
     assert metrics.status == "ok" and "generic" in metrics.detail  # its curve came from the logs probe's pass
     assert "loss" in metrics.payload["series"]["train.log"]["series"]
+
+
+def _write_log(path: Path, mib: int) -> None:
+    block = []
+    for i in range(1, 2001):
+        if i % 100 == 0:
+            block.append(
+                f"[rank{i % 8}]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {i} MiB"
+            )
+        elif i % 3:
+            block.append(
+                f"step {i} | loss {2.0 - i / 4000:.4f} | lr 1.00e-04 | grad_norm 0.{i:04d} | 11000 tok/s"
+            )
+        else:
+            block.append(
+                f"node01:44{i % 8}:45{i % 8} [{i % 8}] NCCL INFO Channel {i % 32:02d}/32 : 0 1 2 3 4 5 6 7"
+            )
+    data = ("\n".join(block) + "\n").encode()
+    with path.open("wb") as f:
+        for _ in range((mib << 20) // len(data) + 1):
+            f.write(data)
+
+
+def test_memory_does_not_grow_with_the_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a scan holds is bounded (kept hits, tail, held segments, sampled stretches): a log four times as big
+    peaks at the same traced memory. Measured with tracemalloc, not timed."""
+    import tracemalloc
+
+    monkeypatch.setattr(metrics_parse, "SAMPLE_MIN_BYTES", 4 << 20)
+    monkeypatch.setattr(logscan, "SPLIT_MIN_BYTES", 4 << 20)
+    peaks = []
+    for mib in (8, 32):
+        path = tmp_path / f"train-{mib}.log"
+        _write_log(path, mib)
+        tracemalloc.start()
+        res = _SCANNER.scan_path(path, MetricSampler(), threads=2)
+        peaks.append(tracemalloc.get_traced_memory()[1])
+        tracemalloc.stop()
+        assert res.ranges == 2 and res.counts[0] > 1000 == len([h for h in res.hits if h.pattern == 0])
+        path.unlink()
+    print("traced peaks (KiB):", [p >> 10 for p in peaks])
+    assert peaks[1] <= peaks[0] + (2 << 20), [p >> 20 for p in peaks]
