@@ -583,7 +583,7 @@ class _FileScan:
                 self.carry, self.carry_len = [], 0
             return
         if self.carry:
-            seg = b"".join(self.carry) + chunk[: last + 1]
+            seg = b"".join([*self.carry, memoryview(chunk)[: last + 1]])  # one copy, not two
         else:
             seg = chunk if last == len(chunk) - 1 else chunk[: last + 1]
         rest = chunk[last + 1 :]
@@ -741,7 +741,9 @@ class _FileScan:
             comp = compiled[idx] or sc._comp(idx)
             try:
                 m = comp.search(seg[start:end])
-                if m is None:  # a match that ran on across a newline (\s): any line of the segment confirming?
+                if (
+                    m is None
+                ):  # a match that ran on across a newline (\s): any line of the segment confirming?
                     ends = sc._last_ends(seg, [idx], whole=True).get(idx, [])
                     m = _last_confirmed(seg, ends, comp.search)
             except PatternTimeout:
@@ -1493,6 +1495,13 @@ class Scanner:
                 sample = (sampler.ranges(size, False), sampler.match, sink)
             scans.append(_FileScan(self, path, sample, offset=bounds[k]))
 
+        done = [0] * n  # bytes read per range, for the progress bar (shown by the first range's thread)
+        progress = (
+            _Progress(path, size)
+            if self.progress and size > PROGRESS_MIN_BYTES and _stderr_is_tty()
+            else None
+        )
+
         def work(k: int) -> None:
             scan, pos, end = scans[k], bounds[k], bounds[k + 1]
             try:
@@ -1502,6 +1511,9 @@ class Scanner:
                         break
                     scan.feed(chunk)
                     pos += len(chunk)
+                    done[k] = pos - bounds[k]
+                    if k == 0 and progress is not None:
+                        progress.update(sum(done))
                 if pos < end:
                     scan.res.truncated = True
                     scan.line_notes.append((scan.lines, "file shrank while read, after line {line}"))
@@ -1520,9 +1532,13 @@ class Scanner:
 
         with concurrent.futures.ThreadPoolExecutor(max_workers=n - 1) as pool:
             futures = [pool.submit(work, k) for k in range(1, n)]
-            work(0)
-            for fut in futures:
-                fut.result()
+            try:
+                work(0)
+                for fut in futures:
+                    fut.result()
+            finally:
+                if progress is not None:
+                    progress.close()
         first = scans[0]
         for k in range(1, n):
             if builder is not None:
