@@ -1454,7 +1454,8 @@ class Scanner:
                 _keep_freed_memory()
             if threads is None:
                 threads = _available_cpus()
-            if threads > 1 and size >= SPLIT_MIN_BYTES:
+            # Only hyperscan lets the threads work side by side: the pure-Python engine holds the GIL.
+            if threads > 1 and size >= SPLIT_MIN_BYTES and self.engine != "python-re":
                 try:
                     head = os.pread(fh.fileno(), 4, 0)
                 except OSError:

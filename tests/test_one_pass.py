@@ -53,7 +53,11 @@ def test_a_big_log_is_sampled_in_the_pass_with_exact_line_numbers(
     path.write_text("\n".join(lines) + "\n")
     sc = Scanner(_SCANNER.patterns, chunk_size=1024)
     res = sc.scan_path(path, MetricSampler(), threads=threads)
-    assert res.ranges == threads and res.passes == 1 and res.bytes_read == path.stat().st_size
+    assert (
+        res.ranges == (threads if logscan.hyperscan_available() else 1)
+        and res.passes == 1
+        and res.bytes_read == path.stat().st_size
+    )
     assert [(h.pattern, h.line_no) for h in res.hits] == [(0, 4001), (1, n - 1)]
     loss = res.sampled.series["loss"]
     assert 0 < loss.total < n // 4  # sampled: the start, the end and a few stretches between
@@ -129,7 +133,9 @@ def test_memory_does_not_grow_with_the_log(tmp_path: Path, monkeypatch: pytest.M
         res = _SCANNER.scan_path(path, MetricSampler(), threads=2)
         peaks.append(tracemalloc.get_traced_memory()[1])
         tracemalloc.stop()
-        assert res.ranges == 2 and res.counts[0] > 1000 == len([h for h in res.hits if h.pattern == 0])
+        assert res.ranges == (2 if logscan.hyperscan_available() else 1) and res.counts[0] > 1000 == len(
+            [h for h in res.hits if h.pattern == 0]
+        )
         path.unlink()
     print("traced peaks (KiB):", [p >> 10 for p in peaks])
     assert peaks[1] <= peaks[0] + (2 << 20), [p >> 20 for p in peaks]
