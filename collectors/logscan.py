@@ -4,7 +4,7 @@ One pass over each file, in bounded chunks, reporting which lines match which si
 
 Design (why it looks the way it does):
 
-* Files are read in chunks (default 8 MiB) and cut into *segments* of whole lines: the partial last line of a
+* Files are read in chunks (default 1 MiB) and cut into *segments* of whole lines: the partial last line of a
   chunk is carried into the next one, so line numbers stay exact across chunk boundaries.  A line longer
   than 1 MiB is never held whole: only its first 1 MiB is kept (and matched), the rest is skipped while
   looking for the next newline, and an issue is recorded.
@@ -22,6 +22,12 @@ Design (why it looks the way it does):
   each distinct match end once per pattern, and with that suffix every match on a line ends at the line
   end, so there is at most one callback per (line, pattern) -- the Python callback is the expensive part,
   so this matters for chatty patterns such as progress lines.
+* keep="last" patterns (progress lines, one per step) would cost a callback per line: each has a hyperscan
+  database of its own with HS_FLAG_SINGLEMATCH, which reports its first line in a segment and stops; the
+  file's last hit is looked for, when the file ends, in the last segment that had a confirmed one.
+* One pass per file: a Sampler (the metrics probe's metric-line reader) is shown the stretches it asks for
+  while they are in memory, so no other reader opens the file. A big plain file is cut at line starts into
+  one byte range per CPU, scanned by threads side by side (hyperscan releases the GIL) and joined in order.
 * Pure-Python engine: for each pattern, a literal that every match must contain is extracted from the parse
   tree; ``bytes.find`` (a fast C search) over the segment then yields the candidate lines.  Patterns
   without such a literal run ``re.search`` over the segment in multi-line mode, one candidate line per
