@@ -165,8 +165,37 @@ _WARNINGS = [
 ]
 
 
-def generate_log(path: Path, size_mb: int, seed: int = 1234) -> dict[int, int]:
-    """Write ~size_mb MiB of log to `path`; return {planted line number: pattern index}."""
+def _megatron_line(step: int, total: int, rng: random.Random) -> str:
+    return (
+        f" [2024-05-01 12:{step // 60 % 60:02d}:{step % 60:02d}] iteration {step:>8d}/{total:>8d} | "
+        f"consumed samples: {step * 512:>12d} | elapsed time per iteration (ms): {500 + rng.random() * 30:.1f} | "
+        f"learning rate: 3.000E-04 | global batch size:   512 | lm loss: {2.0 + rng.random():.6E} | "
+        f"loss scale: 65536.0 | grad norm: {rng.random() * 2:.3f} | number of skipped iterations:   0 | "
+        "number of nan iterations:   0 |\n"
+    )
+
+
+def _hf_line(step: int, total: int, rng: random.Random) -> str:
+    return (
+        f"{{'loss': {2.0 + rng.random():.4f}, 'grad_norm': {rng.random() * 2:.4f}, "
+        f"'learning_rate': {4.9e-05 * (1 - step / total):.4e}, 'epoch': {step / 5000:.2f}}}\n"
+    )
+
+
+# The dense mix: nearly every line is a progress line, in the three spellings trainers print most (a plain
+# step line, a Megatron iteration line, an HF Trainer dict), with NCCL INFO chatter every few steps.
+_DENSE_FORMATS = (_progress_line, _megatron_line, _hf_line)
+MIXES = ("dense", "sparse")
+
+
+def generate_log(path: Path, size_mb: int, seed: int = 1234, mix: str = "sparse") -> dict[int, int]:
+    """Write ~size_mb MiB of log to `path`; return {planted line number: pattern index}.
+
+    mix "sparse": one progress line per step, three NCCL INFO lines every 4th step, a warning now and then.
+    mix "dense": a progress line per step (plain, Megatron and HF formats in turn), one NCCL INFO line every
+    8th step, a warning now and then: about 9 lines in 10 are metric lines."""
+    if mix not in MIXES:
+        raise ValueError(f"mix must be one of {MIXES}")
     rng = random.Random(seed)
     target = size_mb * 1024 * 1024
     marks = [target * (k + 1) // (len(PLANTED) + 1) for k in range(len(PLANTED) - 1)]
@@ -181,10 +210,15 @@ def generate_log(path: Path, size_mb: int, seed: int = 1234) -> dict[int, int]:
         mark_i = 0
         while written + block_bytes < target:
             step += 1
-            lines = [_progress_line(step, total_steps, rng)]
-            if step % 4 == 0:
-                base = rng.randrange(len(_NCCL_POOL))
-                lines.extend(_NCCL_POOL[(base + i) % len(_NCCL_POOL)] for i in range(3))
+            if mix == "dense":
+                lines = [_DENSE_FORMATS[step % 3](step, total_steps, rng)]
+                if step % 8 == 0:
+                    lines.append(_NCCL_POOL[rng.randrange(len(_NCCL_POOL))])
+            else:
+                lines = [_progress_line(step, total_steps, rng)]
+                if step % 4 == 0:
+                    base = rng.randrange(len(_NCCL_POOL))
+                    lines.extend(_NCCL_POOL[(base + i) % len(_NCCL_POOL)] for i in range(3))
             if step % 997 == 0:
                 lines.append(_WARNINGS[step % len(_WARNINGS)])
             for text in lines:

@@ -18,9 +18,12 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ..engine.facts import Fact, FactRegistry
+from .rundir import RunFiles, find_run_files
+
+T = TypeVar("T")
 
 STATUSES = ("ok", "unavailable", "timeout", "error")
 
@@ -39,9 +42,34 @@ class ProbeOutput:
     payload: dict[str, Any] = field(default_factory=dict)  # Python-side extras (scrollback...)
 
 
+class _Once:
+    """One value computed by whichever thread asks first; the others wait for it (or its exception)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.done = False
+        self.value: Any = None
+        self.error: BaseException | None = None
+
+    def get(self, make: Callable[[], Any]) -> Any:
+        with self.lock:
+            if not self.done:
+                try:
+                    self.value = make()
+                except BaseException as e:  # every waiting probe sees the same failure
+                    self.error = e
+                self.done = True
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+
 @dataclass
 class Context:
-    """What a diagnosis was asked to look at. Probes read it; nothing writes to the run directories."""
+    """What a diagnosis was asked to look at. Probes read it; nothing writes to the run directories.
+
+    Work that several probes need is done once per diagnosis, whichever probe asks first, while the others
+    wait: the run directories' file lists (``run_files``) and the one pass over each log (``once``)."""
 
     registry: FactRegistry
     run_dirs: list[Path] = field(default_factory=list)
@@ -52,6 +80,32 @@ class Context:
     kb: Any = None  # KnowledgeBase
     options: dict[str, Any] = field(default_factory=dict)
     now: float = field(default_factory=time.time)
+    _shared: dict[str, _Once] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False, compare=False)
+
+    def once(self, key: str, make: Callable[[], T]) -> T:
+        """``make()``, computed by the first probe that asks for `key` in this diagnosis; later ones get the same
+        value (waiting while it is computed), or the same exception."""
+        with self._lock:
+            cell = self._shared.get(key)
+            if cell is None:
+                cell = self._shared[key] = _Once()
+        return cell.get(make)  # type: ignore[no-any-return]
+
+    @property
+    def run_files(self) -> dict[str, RunFiles]:
+        """Each run directory's files (keyed by ``str(root)``), found once per diagnosis by the first probe that
+        asks; the probes that run beside it wait for that walk rather than repeat it."""
+        return self.once("run_files", lambda: {str(root): find_run_files(root) for root in self.run_dirs})
+
+    def files_of(self, root: Path) -> RunFiles:
+        """The files of one of this context's run directories (any other directory is walked on the spot)."""
+        found = self.run_files.get(str(root))
+        return found if found is not None else find_run_files(root)
+
+    def seed_run_files(self, files: dict[str, RunFiles]) -> None:
+        """Use these file lists instead of walking the run directories (tests, and a caller that walked them)."""
+        self.once("run_files", lambda: files)
 
 
 Probe = Callable[[Context], ProbeOutput]

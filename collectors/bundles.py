@@ -30,7 +30,6 @@ from typing import Any
 from ..engine.facts import Fact, FactError, FactRegistry
 from ..engine.safeio import Unreadable, read_capped
 from .base import Context, ProbeOutput, ProbeUnavailable
-from .rundir import find_run_files
 
 SCHEMA = "mldebug-rules/bundle/v1"
 MAX_BUNDLE_BYTES = 256 * 2**20
@@ -140,7 +139,7 @@ def load_facts(doc: Mapping[str, Any], registry: FactRegistry, prefix_host: bool
 def bundle_paths(ctx: Context) -> list[tuple[Path, str]]:
     out = [(p, str(p)) for p in ctx.bundles]
     for root in ctx.run_dirs:
-        files = ctx.options.setdefault("_runfiles", {}).get(str(root)) or find_run_files(root)
+        files = ctx.files_of(root)
         out += [(p, files.rel(p)) for p in files.files("bundle")]
     seen: set[str] = set()
     unique = []

@@ -28,7 +28,7 @@ from pathlib import Path
 from ..engine.safeio import Unreadable, open_regular
 from .base import Context, ProbeOutput, ProbeUnavailable
 from .numeric import median
-from .rundir import RunFiles, find_run_files
+from .rundir import RunFiles
 
 _TAIL = 66000  # a zip's end-of-central-directory record sits in the last 65,557 bytes
 _MAX_SAFETENSORS_HEADER = 100 << 20  # safetensors caps its JSON header at 100 MB
@@ -90,8 +90,7 @@ def probe_checkpoints(ctx: Context) -> ProbeOutput:
     out = ProbeOutput("checkpoints")
     found = 0
     for root in ctx.run_dirs:
-        files = ctx.options.setdefault("_runfiles", {}).get(str(root)) or find_run_files(root)
-        ctx.options["_runfiles"][str(root)] = files
+        files = ctx.files_of(root)
         entries = []
         for p in files.files("checkpoint"):
             try:  # a FIFO or device named like a checkpoint is refused, never opened for reading

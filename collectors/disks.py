@@ -23,7 +23,6 @@ from typing import Any
 from ..engine.facts import FactError
 from .base import CommandResult, Context, ProbeOutput, run_command
 from .deadlines import command_timeout, hostname
-from .rundir import find_run_files
 
 NETWORK_FS = frozenset(
     {
@@ -108,7 +107,7 @@ def targets(ctx: Context) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     for root in ctx.run_dirs:
         out.append(("run_dir", os.path.abspath(root)))
-        files = ctx.options.setdefault("_runfiles", {}).get(str(root)) or find_run_files(root)
+        files = ctx.files_of(root)
         dirs = {os.path.abspath(p.parent) for p in files.files("checkpoint")}
         dirs |= {os.path.abspath(p) for p in files.checkpoint_dirs}
         for d in sorted(dirs)[:MAX_CHECKPOINT_DIRS]:

@@ -43,7 +43,6 @@ from ..engine.safeio import open_regular, read_up_to
 from .base import Context, ProbeOutput, ProbeUnavailable, Runner, runner_of
 from .deadlines import command_timeout, hostname
 from .gpu_nvml import throttle_attrs
-from .rundir import find_run_files
 
 QUERY_FIELDS = (
     "index",
@@ -338,7 +337,7 @@ def probe_gpu_files(ctx: Context) -> ProbeOutput:
     out = ProbeOutput("gpu_files")
     files_read = 0
     for root in ctx.run_dirs:
-        files = ctx.options.setdefault("_runfiles", {}).get(str(root)) or find_run_files(root)
+        files = ctx.files_of(root)
         prefix = "" if len(ctx.run_dirs) == 1 else root.name.rstrip("/") + "/"
         for p in files.files("gpu"):
             try:

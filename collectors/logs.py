@@ -22,7 +22,8 @@ from ..redact import clip
 from . import kernel_log, lineinfo, tracebacks
 from .base import Context, ProbeOutput, ProbeUnavailable
 from .logscan import MATCH_TIMEOUT_S, Hit, Pattern, Scanner, ScanResult, scan_paths
-from .rundir import RunFiles, find_run_files
+from .metrics_parse import MetricSampler
+from .rundir import RunFiles
 
 HITS_KEPT = 20  # per signature per file, at each end
 TAIL_LINES = 200
@@ -39,7 +40,6 @@ _STEP_TIME = (
     r"(?:elapsed time per iteration \(ms\)|step[_ ]time|iter(?:ation)?[_ ]time|time[/_]step|batch[_ ]time)"
     r"(?P<unit_pre>_ms|_s)?['\"]?\s*[:=]\s*(?P<value>\d+(?:\.\d+)?)\s*(?P<unit>ms|s)?"
 )
-_STEP_TIME_RE = re.compile(_STEP_TIME, re.I)
 CONTEXT_CUT = 500  # bytes: a context line this long may have been cut by the scanner (logscan._CONTEXT_BYTES)
 REGIONS_KEPT = 200  # traceback regions per file whose lines the scanner keeps (the tail is read anyway)
 STEP_SERIES_KEPT = 64  # step-time points per rank kept from a file's tail
@@ -63,8 +63,7 @@ class LogSource:
 def gather_sources(ctx: Context) -> list[LogSource]:
     out: list[LogSource] = []
     for root in ctx.run_dirs:
-        files: RunFiles = ctx.options.setdefault("_runfiles", {}).get(str(root)) or find_run_files(root)
-        ctx.options["_runfiles"][str(root)] = files
+        files: RunFiles = ctx.files_of(root)
         prefix = "" if len(ctx.run_dirs) == 1 else root.name.rstrip("/") + "/"
         for role, stream in (("train", "train"), ("scheduler", "scheduler"), ("kernel", "kernel")):
             for p in files.files(role):
@@ -74,52 +73,179 @@ def gather_sources(ctx: Context) -> list[LogSource]:
     return out
 
 
+@dataclass
+class _FileView:
+    """What every fact of one scanned file is made from."""
+
+    ctx: Context
+    src: LogSource
+    res: ScanResult
+    rank: int | None
+    host: str
+    clock: lineinfo.FileClock
+
+
+class _HitKind:
+    """What a pattern's hits mean: each kind of scanner pattern turns its hits in a file into facts."""
+
+    def facts(self, fv: _FileView, idx: int, hits: list[Hit]) -> list[Fact]:
+        return []
+
+
+def _kept(hits: list[Hit]) -> list[Hit]:
+    """The first and last HITS_KEPT hits: a signature that fires a million times is read at its ends."""
+    return hits if len(hits) <= 2 * HITS_KEPT else hits[:HITS_KEPT] + hits[-HITS_KEPT:]
+
+
+def _line_fact(fv: _FileView, kind: str, attrs: dict[str, Any], h: Hit, ts: float | None) -> Fact | None:
+    try:
+        return fv.ctx.registry.make(
+            kind,
+            attrs,
+            file=fv.src.display,
+            line=h.line_no,
+            text=clip(h.text, 2000),
+            ts=ts,
+            rank=lineinfo.rank_of_line(h.text, fv.rank),
+            host=lineinfo.host_of_line(h.text) or fv.host,
+        )
+    except FactError:
+        return None
+
+
+def _line_time(fv: _FileView, h: Hit) -> float | None:
+    return fv.clock.time(h.line_no, h.text) if fv.src.stream != "kernel" else kernel_log.line_time(h.text)
+
+
+@dataclass
+class _SignatureHits(_HitKind):
+    """A pack signature: ``log.signature`` facts, with the fields its named groups give."""
+
+    sig: Any
+
+    def facts(self, fv: _FileView, idx: int, hits: list[Hit]) -> list[Fact]:
+        sig, res, out = self.sig, fv.res, []
+        for h in _kept(hits):
+            attrs: dict[str, Any] = {
+                "signature": sig.id,
+                "pack": sig.pack,
+                "role": sig.role,
+                "stream": fv.src.stream,
+                "from_end": max(0, res.total_lines - h.line_no),
+                "count": res.counts.get(idx, len(hits)),
+            }
+            for name, ftype in sig.fields.items():
+                raw = h.groups.get(name)
+                if raw is None:
+                    continue
+                with contextlib.suppress(ValueError):
+                    attrs[name] = _FIELD_CAST[ftype](raw.replace(",", "") if ftype != "str" else raw)
+            f = _line_fact(fv, "log.signature", attrs, h, _line_time(fv, h))
+            if f is not None:
+                out.append(f)
+        return out
+
+
+@dataclass
+class _ProgressHits(_HitKind):
+    """A pack's progress pattern (keep="last"): one ``log.progress`` fact for the file's last progress line."""
+
+    prog: Any
+
+    def facts(self, fv: _FileView, idx: int, hits: list[Hit]) -> list[Fact]:
+        out = []
+        for h in _kept(hits):
+            ts = _line_time(fv, h)
+            attrs: dict[str, Any] = {
+                "count": fv.res.counts.get(idx, 1),
+                "from_end": max(0, fv.res.total_lines - h.line_no),
+            }
+            step, epoch = h.groups.get("step"), h.groups.get("epoch")
+            if step is not None and step.isdigit():
+                attrs["step"] = int(step)
+            if epoch is not None:
+                with contextlib.suppress(ValueError):
+                    attrs["epoch"] = float(epoch)
+            if ts is not None and not fv.ctx.offline:
+                attrs["age_s"] = round(max(0.0, fv.ctx.now - ts), 1)
+            f = _line_fact(fv, "log.progress", attrs, h, ts)
+            if f is not None:
+                out.append(f)
+        return out
+
+
+class _StepTimeHits(_HitKind):
+    """Per-iteration wall time: ``log.step_time`` facts, per rank (_step_time_facts)."""
+
+    def facts(self, fv: _FileView, idx: int, hits: list[Hit]) -> list[Fact]:
+        recent = [h for h in fv.res.recent if h.pattern == idx]
+        return _step_time_facts(fv.ctx, fv.src, hits[-1], recent, fv.res, fv.rank, fv.host, fv.clock)
+
+
+class _KernelHits(_HitKind):
+    """The kernel log prefilter: its lines go through the kernel-log parser."""
+
+    def facts(self, fv: _FileView, idx: int, hits: list[Hit]) -> list[Fact]:
+        return _kernel_facts(fv.ctx, fv.src, hits)
+
+
+class _TracebackRegion(_HitKind):
+    """A traceback's start with the lines after it: read by the exception parser (exception_facts)."""
+
+
+@dataclass
+class _ExceptionMarker(_HitKind):
+    """A traceback header (opens) or an exception line (closes one of the same rank): the ``exceptions`` list
+    of the file's ``log.tail`` fact (_exceptions)."""
+
+    opens: bool
+
+
 class _Plan:
-    """The scanner patterns for one stream, and what each pattern index means."""
+    """The scanner patterns for one stream, and what the hits of each pattern index mean."""
 
     def __init__(self, kb: KnowledgeBase, stream: str):
-        self.meta: list[tuple[str, Any]] = []
+        self.kinds: list[_HitKind] = []
         patterns: list[Pattern] = []
+
+        def add(pattern: Pattern, kind: _HitKind) -> None:
+            patterns.append(pattern)
+            self.kinds.append(kind)
+
         for sig in kb.signatures:
             applies = stream in sig.streams or (
                 stream != "kernel" and bool({"train", "scheduler"} & set(sig.streams))
             )
             if applies:
-                patterns.append(Pattern(sig.id, sig.regex, sig.ignore_case, "all", 1000))
-                self.meta.append(("sig", sig))
+                add(Pattern(sig.id, sig.regex, sig.ignore_case, "all", 1000), _SignatureHits(sig))
         if stream == "kernel":
-            patterns.append(Pattern("__kernel__", _KERNEL_PREFILTER, False, "all", 20000))
-            self.meta.append(("kernel", None))
+            add(Pattern("__kernel__", _KERNEL_PREFILTER, False, "all", 20000), _KernelHits())
         else:
             for prog in kb.progress:
-                patterns.append(Pattern(prog.id, prog.regex, prog.ignore_case, "last", 1))
-                self.meta.append(("progress", prog))
-            patterns.append(Pattern("__step_time__", _STEP_TIME, True, "last", 1))
-            self.meta.append(("step_time", None))
-            patterns.append(Pattern("__traceback__", re.escape(_TRACEBACK), False, "all", 500))
-            self.meta.append(("traceback", None))
-            patterns.append(Pattern("__exception__", _EXCEPTION, False, "all", 500))
-            self.meta.append(("exception", None))
+                add(Pattern(prog.id, prog.regex, prog.ignore_case, "last", 1), _ProgressHits(prog))
+            add(Pattern("__step_time__", _STEP_TIME, True, "last", 1), _StepTimeHits())
+            add(
+                Pattern("__traceback__", re.escape(_TRACEBACK), False, "all", 500),
+                _ExceptionMarker(opens=True),
+            )
+            add(Pattern("__exception__", _EXCEPTION, False, "all", 500), _ExceptionMarker(opens=False))
             # Traceback regions for the exception parser: the scanner keeps the lines after each start, in the
             # same pass (collectors/tracebacks.py).
-            patterns.append(
-                Pattern(
-                    "__traceback_region__",
-                    tracebacks.REGION_START,
-                    False,
-                    "all",
-                    REGIONS_KEPT,
-                    after=tracebacks.REGION_LINES,
-                )
+            region = Pattern(
+                "__traceback_region__",
+                tracebacks.REGION_START,
+                False,
+                "all",
+                REGIONS_KEPT,
+                after=tracebacks.REGION_LINES,
             )
-            self.meta.append(("traceback_region", None))
+            add(region, _TracebackRegion())
         # Pack patterns were compiled and checked when the packs loaded (engine/packs.py).
         self.scanner = Scanner(patterns, tail_lines=TAIL_LINES, trusted=True)
 
 
 def _file_facts(ctx: Context, src: LogSource, res: ScanResult, plan: _Plan) -> list[Fact]:
     reg = ctx.registry
-    facts: list[Fact] = []
     file_rank = lineinfo.rank_of_path(src.display)
     file_host = lineinfo.host_of_path(src.display)
     readable = res.total_lines > 0 or res.bytes_read > 0 or not res.issues
@@ -128,8 +254,8 @@ def _file_facts(ctx: Context, src: LogSource, res: ScanResult, plan: _Plan) -> l
         with contextlib.suppress(OSError):
             mtime_age = max(0.0, ctx.now - os.stat(src.path).st_mtime)
     last_blank = bool(res.tail) and not res.tail[-1][1].strip()
-    clock = _clock(src, res)
-    facts.append(
+    fv = _FileView(ctx, src, res, file_rank, file_host, _clock(src, res))
+    facts = [
         reg.make(
             "log.file",
             {
@@ -147,77 +273,17 @@ def _file_facts(ctx: Context, src: LogSource, res: ScanResult, plan: _Plan) -> l
             host=file_host,
             text="; ".join(res.issues),
         )
-    )
+    ]
     by_pattern: dict[int, list[Hit]] = {}
     for h in res.hits:
         by_pattern.setdefault(h.pattern, []).append(h)
     if src.stream != "kernel":
         regions = [
-            h for idx, hits in by_pattern.items() if plan.meta[idx][0] == "traceback_region" for h in hits
+            h for i, hs in by_pattern.items() if isinstance(plan.kinds[i], _TracebackRegion) for h in hs
         ]
-        facts += exception_facts(ctx, src, res, regions, file_rank, file_host, clock)
+        facts += exception_facts(ctx, src, res, regions, file_rank, file_host, fv.clock)
     for idx, hits in sorted(by_pattern.items()):
-        what, obj = plan.meta[idx]
-        if what == "traceback_region":
-            continue
-        if what == "kernel":
-            facts += _kernel_facts(ctx, src, hits)
-            continue
-        if what == "step_time":
-            facts += _step_time_facts(ctx, src, hits[-1], res, file_rank, file_host, clock)
-            continue
-        if what in ("traceback", "exception"):
-            continue  # read together below: an exception line counts after its rank's traceback
-        kept = hits if len(hits) <= 2 * HITS_KEPT else hits[:HITS_KEPT] + hits[-HITS_KEPT:]
-        for h in kept:
-            rank = lineinfo.rank_of_line(h.text, file_rank)
-            ts = clock.time(h.line_no, h.text) if src.stream != "kernel" else kernel_log.line_time(h.text)
-            from_end = max(0, res.total_lines - h.line_no)
-            if what == "sig":
-                attrs: dict[str, Any] = {
-                    "signature": obj.id,
-                    "pack": obj.pack,
-                    "role": obj.role,
-                    "stream": src.stream,
-                    "from_end": from_end,
-                    "count": res.counts.get(idx, len(hits)),
-                }
-                for name, ftype in obj.fields.items():
-                    raw = h.groups.get(name)
-                    if raw is None:
-                        continue
-                    try:
-                        attrs[name] = _FIELD_CAST[ftype](raw.replace(",", "") if ftype != "str" else raw)
-                    except ValueError:
-                        continue
-                kind = "log.signature"
-            else:
-                attrs = {"count": res.counts.get(idx, 1), "from_end": from_end}
-                step = h.groups.get("step")
-                epoch = h.groups.get("epoch")
-                if step is not None and step.isdigit():
-                    attrs["step"] = int(step)
-                if epoch is not None:
-                    with contextlib.suppress(ValueError):
-                        attrs["epoch"] = float(epoch)
-                if ts is not None and not ctx.offline:
-                    attrs["age_s"] = round(max(0.0, ctx.now - ts), 1)
-                kind = "log.progress"
-            try:
-                facts.append(
-                    reg.make(
-                        kind,
-                        attrs,
-                        file=src.display,
-                        line=h.line_no,
-                        text=clip(h.text, 2000),
-                        ts=ts,
-                        rank=rank,
-                        host=lineinfo.host_of_line(h.text) or file_host,
-                    )
-                )
-            except FactError:
-                continue
+        facts += plan.kinds[idx].facts(fv, idx, hits)
     if res.tail and src.stream != "kernel":
         tail_text = [t for _, t in res.tail]
         facts.append(
@@ -245,22 +311,22 @@ def _file_facts(ctx: Context, src: LogSource, res: ScanResult, plan: _Plan) -> l
 def _exceptions(res: ScanResult, plan: _Plan, file_rank: int | None) -> dict[str, Any]:
     """``{"exceptions": [[line, rank, text], ...]}``: the exception lines that end a traceback of the same
     rank (the scanner's hits, and the tail), the first and last few of each file; {} when there are none."""
-    kinds = {i: what for i, (what, _) in enumerate(plan.meta) if what in ("traceback", "exception")}
-    lines: dict[int, tuple[str, str]] = {}
+    markers = {i: k.opens for i, k in enumerate(plan.kinds) if isinstance(k, _ExceptionMarker)}
+    lines: dict[int, tuple[bool, str]] = {}  # line -> (opens a traceback, text)
     for h in res.hits:
-        if h.pattern in kinds:
-            lines[h.line_no] = (kinds[h.pattern], h.text)
+        if h.pattern in markers:
+            lines[h.line_no] = (markers[h.pattern], h.text)
     for no, text in res.tail:
         if _TRACEBACK in text:
-            lines[no] = ("traceback", text)
+            lines[no] = (True, text)
         elif _EXCEPTION_RE.search(text):
-            lines[no] = ("exception", text)
+            lines[no] = (False, text)
     open_tb: set[int | None] = set()
     out: list[list[Any]] = []
     for no in sorted(lines):
-        what, text = lines[no]
+        opens, text = lines[no]
         rank = lineinfo.rank_of_line(text, file_rank)
-        if what == "traceback":
+        if opens:
             open_tb.add(rank)
         elif rank in open_tb:
             open_tb.discard(rank)
@@ -453,14 +519,16 @@ def _step_time_facts(
     ctx: Context,
     src: LogSource,
     h: Hit,
+    recent: Sequence[Hit],
     res: ScanResult,
     file_rank: int | None,
     file_host: str,
     clock: lineinfo.FileClock,
 ) -> list[Fact]:
     """One ``log.step_time`` per rank the file speaks for: ``seconds`` is its last step time, ``extra.series``
-    the (line, seconds) points read in the file's tail (up to ``STEP_SERIES_KEPT``), so that stragglers are
-    judged on a robust statistic of recent steps rather than on one step (collectors/ranks.py)."""
+    the (line, seconds) points in the file's tail (up to ``STEP_SERIES_KEPT``; the scanner's ``recent`` hits, from
+    the same pass), so that stragglers are judged on a robust statistic of recent steps rather than on one step
+    (collectors/ranks.py)."""
     last = _step_seconds(h.groups, h.text)
     if last is None:
         return []
@@ -468,9 +536,9 @@ def _step_time_facts(
     lasts: dict[int | None, tuple[int, str, float]] = {}
     rank = lineinfo.rank_of_line(h.text, file_rank)
     lasts[rank] = (h.line_no, h.text, last)
-    for no, text in res.tail:
-        m = _STEP_TIME_RE.search(text)
-        v = _step_seconds({k: x for k, x in m.groupdict().items() if x is not None}, text) if m else None
+    for r_hit in recent:
+        no, text = r_hit.line_no, r_hit.text
+        v = _step_seconds(r_hit.groups, text)
         if v is None:
             continue
         r = lineinfo.rank_of_line(text, file_rank)
@@ -517,9 +585,10 @@ def _kernel_facts(ctx: Context, src: LogSource, hits: Sequence[Hit]) -> list[Fac
 def _note_timeout(ctx: Context, plan: _Plan, idx: int, where: str, disabled: dict[str, str]) -> None:
     """A signature whose regex hit the scanner's time bound disables its third-party pack (the contract for
     any broken pack); a built-in signature loses only itself, since the built-in packs always stay on."""
-    obj = plan.meta[idx][1]
-    if obj is None or not hasattr(obj, "pack"):
+    kind = plan.kinds[idx]
+    if not isinstance(kind, _SignatureHits):
         return
+    obj = kind.sig
     why = f"signature {obj.id} exceeded the {MATCH_TIMEOUT_S:g} s match bound on {where} (catastrophic backtracking)"
     builtin = {p.name for p in ctx.kb.packs if p.origin == "builtin"}
     key = f"sig:{obj.id}" if obj.pack in builtin else obj.pack
@@ -530,25 +599,43 @@ def dropped_sigs(disabled: dict[str, str]) -> set[str]:
     return {k[4:] for k in disabled if k.startswith("sig:")}
 
 
+def stream_pass(ctx: Context, stream: str) -> tuple[_Plan, list[LogSource], list[ScanResult]]:
+    """The one scanner pass over a stream's logs, made once per diagnosis by whichever probe asks first: the
+    logs probe reads its signatures, progress lines and scrollback; the metrics probe its metric lines, which
+    the pass samples on the way (MetricSampler) instead of reading the train logs a second time."""
+
+    def scan() -> tuple[_Plan, list[LogSource], list[ScanResult]]:
+        group = [s for s in gather_sources(ctx) if s.stream == stream]
+        plan = _Plan(ctx.kb, stream)
+        sampler = None
+        if stream == "train":
+            params = dict(getattr(ctx.kb, "params", {}) or {})
+            sampler = MetricSampler(int(params.get("completed_tail_lines", 40)))
+        return plan, group, scan_paths(plan.scanner, [str(s.path) for s in group], sampler=sampler)
+
+    return ctx.once(f"logs.pass.{stream}", scan)
+
+
 def probe_logs(ctx: Context) -> ProbeOutput:
     """Training, scheduler and kernel logs found in run directories or named with --log/--kernel-log."""
     sources = gather_sources(ctx)
     if not sources:
         raise ProbeUnavailable("no log files found")
-    plans: dict[str, _Plan] = {}
     out = ProbeOutput("logs")
     engines: set[str] = set()
     issues: list[str] = []
     disabled: dict[str, str] = {}  # pack (or "sig:<id>" for a built-in signature) -> why
+    read = passes = ranges = 0
     t0 = time.monotonic()
     for stream in ("train", "scheduler", "kernel"):
-        group = [s for s in sources if s.stream == stream]
-        if not group:
+        if not any(s.stream == stream for s in sources):
             continue
-        plan = plans.setdefault(stream, _Plan(ctx.kb, stream))
-        results = scan_paths(plan.scanner, [str(s.path) for s in group])
+        plan, group, results = stream_pass(ctx, stream)
         for src, res in zip(group, results, strict=False):
             engines.add(res.engine)
+            read += res.bytes_read
+            passes = max(passes, res.passes)
+            ranges = max(ranges, res.ranges)
             issues += [f"{src.display}: {i}" for i in res.issues]
             try:
                 out.facts += _file_facts(ctx, src, res, plan)
@@ -566,7 +653,13 @@ def probe_logs(ctx: Context) -> ProbeOutput:
     out.payload["scanner"] = sorted(engines)
     out.payload["files"] = len(sources)
     out.payload["scan_seconds"] = time.monotonic() - t0
-    out.detail = f"{len(sources)} file(s)" + (f"; {'; '.join(issues[:5])}" if issues else "")
+    out.payload["bytes_read"] = read
+    # One pass per file feeds its signatures, progress lines, scrollback and (train logs) metric lines.
+    reading = f"{read / (1 << 20):.0f} MiB read, {passes} pass per file" if read >= 1 << 20 else ""
+    if reading and ranges > 1:
+        reading += f" ({ranges} ranges in parallel)"
+    out.detail = f"{len(sources)} file(s)" + (f", {reading}" if reading else "")
+    out.detail += f"; {'; '.join(issues[:5])}" if issues else ""
     if issues and all(
         f.kind == "log.file" and not f.attrs["readable"] for f in out.facts if f.kind == "log.file"
     ):

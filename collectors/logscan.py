@@ -4,7 +4,7 @@ One pass over each file, in bounded chunks, reporting which lines match which si
 
 Design (why it looks the way it does):
 
-* Files are read in chunks (default 8 MiB) and cut into *segments* of whole lines: the partial last line of a
+* Files are read in chunks (default 1 MiB) and cut into *segments* of whole lines: the partial last line of a
   chunk is carried into the next one, so line numbers stay exact across chunk boundaries.  A line longer
   than 1 MiB is never held whole: only its first 1 MiB is kept (and matched), the rest is skipped while
   looking for the next newline, and an issue is recorded.
@@ -22,6 +22,12 @@ Design (why it looks the way it does):
   each distinct match end once per pattern, and with that suffix every match on a line ends at the line
   end, so there is at most one callback per (line, pattern) -- the Python callback is the expensive part,
   so this matters for chatty patterns such as progress lines.
+* keep="last" patterns (progress lines, one per step) would cost a callback per line: each has a hyperscan
+  database of its own with HS_FLAG_SINGLEMATCH, which reports its first line in a segment and stops; the
+  file's last hit is looked for, when the file ends, in the last segment that had a confirmed one.
+* One pass per file: a Sampler (the metrics probe's metric-line reader) is shown the stretches it asks for
+  while they are in memory, so no other reader opens the file. A big plain file is cut at line starts into
+  one byte range per CPU, scanned by threads side by side (hyperscan releases the GIL) and joined in order.
 * Pure-Python engine: for each pattern, a literal that every match must contain is extracted from the parse
   tree; ``bytes.find`` (a fast C search) over the segment then yields the candidate lines.  Patterns
   without such a literal run ``re.search`` over the segment in multi-line mode, one candidate line per
@@ -42,7 +48,7 @@ import time
 import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Protocol
 
 import regex as _regex
 
@@ -84,7 +90,6 @@ _TEXT_BYTES = 4 * TEXT_CHARS  # a UTF-8 char is at most 4 bytes: decoding this m
 DEFAULT_CHUNK_SIZE = 1 << 20
 BINARY_PROBE = 64 << 10  # binary detection looks at the first 64 KiB of (decompressed) content
 PROGRESS_MIN_BYTES = 64 << 20  # only scans larger than this get a progress bar (and only on a TTY)
-OFFLOAD_MIN_BYTES = 64 << 20  # scan_paths gives even a single file this big its own process
 INLINE_MAX_BYTES = 16 << 20  # ...and scans files totalling less than this in-process, one after the other
 LAST_WINDOW = 16 << 10  # keep="last" patterns are first looked for in a segment's last 16 KiB
 _COMPRESSED_READ = 256 << 10  # compressed bytes fed per decompress call
@@ -93,6 +98,9 @@ _CONTEXT_BYTES = (
     512  # each context line kept after an `after` pattern's hit is capped at this (frames are short)
 )
 _MAX_LONG_LINE_ISSUES = 20  # beyond this, over-long lines are summarised in one issue
+SPLIT_MIN_BYTES = 64 << 20  # a plain file this big is scanned in byte ranges, one thread per CPU
+_CONTEXT_READ = 1 << 20  # read past a range's end for traceback regions open there, at most
+_TAIL_HOLD_BYTES = 8 << 20  # segments held for the tail at most (beyond, the oldest is cut into the tail)
 _NUMPY_MIN = 64 << 10  # below this, bytes.count beats numpy's per-call overhead
 # One regex call (a line's confirmation, or the pure-Python engine's search over a segment) may take this long
 # before its pattern is given up for the rest of the scan: catastrophic backtracking must not hang a diagnosis.
@@ -133,6 +141,33 @@ class ScanResult:
     issues: list[str] = field(default_factory=list)  # one-liners about what could not be read
     engine: str = ""  # "hyperscan <version>" or "python-re"
     timed_out: list[int] = field(default_factory=list)  # patterns given up here (MATCH_TIMEOUT_S exceeded)
+    # keep="last" patterns: their confirmed hits among the last `tail_lines` lines (a step-time series).
+    recent: list[Hit] = field(default_factory=list)
+    sampled: Any = None  # what the scan's Sampler made of the stretches it was shown (see Sampler)
+    passes: int = 0  # reads of the file's bytes: 1 (ranges scanned in parallel are one pass between them)
+    ranges: int = 0  # byte ranges the pass was split into (threads), 1 when not split
+
+
+class SampleBuilder(Protocol):
+    """Receives one file's sampled matches in file order (see Sampler)."""
+
+    def add(self, base: int, matched: Any) -> None: ...  # base: the file's lines before the segment
+
+    def finish(self, total_lines: int) -> Any: ...
+
+
+class Sampler(Protocol):
+    """A reader shown some stretches of each file during the scan's one pass, so that nothing reads the file a
+    second time (the metrics probe's metric lines: collectors/metrics_parse.py). `ranges` picks the stretches by
+    byte offset (None: all of it); `match` runs on each segment of whole lines that overlaps one (with the
+    segment's offset and the ranges, to read only the lines in them), in the thread that scans it; `builder(...).add` then gets the matches in file order, and `finish` gives the file's
+    ScanResult.sampled. Samplers travel to worker processes by pickling."""
+
+    def ranges(self, size: int, compressed: bool) -> list[tuple[int, int]] | None: ...
+
+    def match(self, seg: bytes, offset: int, ranges: list[tuple[int, int]] | None) -> Any: ...
+
+    def builder(self, path: str, size: int, compressed: bool) -> SampleBuilder: ...
 
 
 class PatternTimeout(Exception):
@@ -165,6 +200,32 @@ def _count_newlines(buf: bytes, start: int = 0, end: int | None = None) -> int:
             view = _np.frombuffer(buf, dtype=_np.uint8, count=stop - start, offset=start)
             return int(_np.count_nonzero(view == 10))
     return buf.count(b"\n", start, stop)
+
+
+_malloc_tuned = False
+
+
+def _keep_freed_memory() -> None:
+    """Ask glibc to keep freed memory instead of returning it to the kernel at once (mallopt, once per process).
+
+    A scan allocates and frees a few 1 MiB buffers per chunk; by default glibc trims the heap (or unmaps) after
+    each, and every new buffer then page-faults its 256 pages in again: measured, a third of a big scan's CPU
+    time was this kernel work (1.1 s of system time per GiB, 0.26 s with the heap kept). The heap kept is
+    bounded by the threshold below; elsewhere than glibc this does nothing."""
+    global _malloc_tuned
+    if _malloc_tuned or not sys.platform.startswith("linux"):
+        return
+    _malloc_tuned = True
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):  # not glibc (musl has no mallopt)
+        return
+    m_trim_threshold, m_mmap_threshold = -1, -3
+    mallopt(m_mmap_threshold, 32 << 20)  # 1-2 MiB buffers from the heap, not mmap/munmap each time
+    mallopt(m_trim_threshold, 64 << 20)  # and up to 64 MiB of free heap kept for the next ones
 
 
 def hyperscan_available() -> bool:
@@ -457,15 +518,34 @@ def _last_confirmed(seg: bytes, ends: list[int], confirm: Any) -> tuple[int, byt
 class _FileScan:
     """Accumulates one file's results from a stream of arbitrary byte chunks."""
 
-    def __init__(self, scanner: Scanner, path: str) -> None:
+    def __init__(
+        self,
+        scanner: Scanner,
+        path: str,
+        sample: tuple[list[tuple[int, int]] | None, Any, Any] | None = None,
+        offset: int = 0,
+    ) -> None:
         self.sc = scanner
-        self.res = ScanResult(path=path, engine=scanner.engine)
+        self.res = ScanResult(path=path, engine=scanner.engine, passes=1, ranges=1)
         n = len(scanner.patterns)
         self.counts = [0] * n
         self.hits: list[list[tuple[int, bytes, dict[str, bytes | None]]]] = [[] for _ in range(n)]
         self.last: list[tuple[int, bytes, dict[str, bytes | None]] | None] = [None] * n
         self.lines = 0  # complete lines processed so far
         self.tail: collections.deque[tuple[int, bytes]] = collections.deque(maxlen=max(0, scanner.tail_lines))
+        # The tail is cut out of the last segments only when the file ends (or when they grow big): cutting 200
+        # lines out of every segment cost more than matching it.
+        self.tail_segs: collections.deque[tuple[bytes, int, bool, int]] = collections.deque()
+        self.tail_seg_lines = 0
+        self.tail_seg_bytes = 0
+        # keep="last" patterns: the latest segment with a confirmed hit (bytes, lines before it), and
+        # the number of segments they were seen in. Their last hit is looked for there when the file ends.
+        self.held: dict[int, tuple[bytes, int]] = {}
+        self.seen_in: list[int] = [0] * n
+        # Sampling (see Sampler): the byte ranges shown to it, its match function and where matches go.
+        self.sample_ranges, self.sample_match, self.sample_sink = sample or (None, None, None)
+        self.offset = offset  # byte offset of the next segment in the (decompressed) stream
+        self.line_notes: list[tuple[int, str]] = []  # (line, issue with "{line}" in it): numbered when merged
         self.carry: list[bytes] = []  # pieces of the current partial line (always < LINE_MATCH_CAP + 2 bytes)
         self.carry_len = 0
         self.long_head: bytes | None = None  # first LINE_MATCH_CAP bytes of an over-long line being skipped
@@ -509,7 +589,7 @@ class _FileScan:
                 self.carry, self.carry_len = [], 0
             return
         if self.carry:
-            seg = b"".join(self.carry) + chunk[: last + 1]
+            seg = b"".join([*self.carry, memoryview(chunk)[: last + 1]])  # one copy, not two
         else:
             seg = chunk if last == len(chunk) - 1 else chunk[: last + 1]
         rest = chunk[last + 1 :]
@@ -521,12 +601,44 @@ class _FileScan:
             self.carry, self.carry_len = [], 0
 
     def finish(self) -> ScanResult:
+        self.end()
+        return self._result()
+
+    def end(self) -> None:
+        """The input is over: its last line, the keep="last" patterns' last hits and the tail."""
         if self.long_head is not None:
             self._finish_long_line()
         elif self.carry:
             self._lines(b"".join(self.carry), final=True)
             self.carry, self.carry_len = [], 0
-        return self._result()
+        self._finish_last()
+        self._flush_tail()
+        self.held.clear()
+
+    def absorb(self, later: _FileScan) -> None:
+        """Append the results of the byte range that follows this one (scanned by another thread)."""
+        shift = self.lines
+        for idx, later_hits in enumerate(later.hits):
+            self.counts[idx] += later.counts[idx]
+            if later.last[idx] is not None:
+                ln, b, g = later.last[idx]  # type: ignore[misc]
+                self.last[idx] = (ln + shift, b, g)
+            kept = self.hits[idx]
+            room = self.sc._comp(idx).max_hits - len(kept) if later_hits else 0
+            for k, (ln, b, g) in enumerate(later_hits[: max(0, room)]):
+                ctx = later.context.get((idx, k))
+                if ctx is not None:
+                    self.context[(idx, len(kept))] = ctx
+                kept.append((ln + shift, b, g))
+        self.tail.extend((ln + shift, b) for ln, b in later.tail)
+        self.line_notes += [(ln + shift, text) for ln, text in later.line_notes]
+        self.long_lines += later.long_lines
+        self.res.issues += later.res.issues
+        self.res.timed_out += [i for i in later.res.timed_out if i not in self.res.timed_out]
+        self.res.truncated |= later.res.truncated
+        self.res.bytes_read += later.res.bytes_read
+        self.res.ranges += later.res.ranges
+        self.lines += later.lines
 
     # -- line handling --------------------------------------------------------------------------------
 
@@ -534,13 +646,16 @@ class _FileScan:
         assert self.long_head is not None
         head, length = self.long_head, self.long_len - self.long_cr  # a CR LF's CR is not content
         self.long_head, self.long_len, self.long_cr = None, 0, False
+        self.offset += max(0, length - LINE_MATCH_CAP)  # the skipped part
         self._note_long_line(self.lines + 1, length)
         self._segment(head + b"\n")
 
     def _note_long_line(self, line_no: int, length: int) -> None:
         self.long_lines += 1
         if self.long_lines <= _MAX_LONG_LINE_ISSUES:
-            self.res.issues.append(f"line {line_no} is {length} bytes; matched on its first 1 MiB only")
+            self.line_notes.append(
+                (line_no, f"line {{line}} is {length} bytes; matched on its first 1 MiB only")
+            )
 
     def _lines(self, seg: bytes, final: bool) -> None:
         """Process whole lines (the last one unterminated only at EOF), splitting out over-long lines."""
@@ -573,6 +688,10 @@ class _FileScan:
     def _segment(self, seg: bytes) -> None:
         """Match a run of whole lines; `seg` ends with a newline unless it holds the file's last line."""
         unterminated = not seg.endswith(b"\n")  # only the file's last line may lack a newline
+        start_offset = self.offset
+        self.offset += len(seg)
+        if self.sample_match is not None and _overlaps(self.sample_ranges, start_offset, self.offset):
+            self.sample_sink(self.lines, self.sample_match(seg, start_offset, self.sample_ranges))
         if b"\r" in seg:  # CR LF -> LF once per segment, so neither `$` nor texts ever see the CR
             seg = seg.replace(b"\r\n", b"\n")
             if unterminated and seg.endswith(b"\r"):  # a final line cut inside its CR LF
@@ -583,7 +702,10 @@ class _FileScan:
         if self.open_context:
             self._continue_context(seg)
         skip = sc._timed_out
-        keys = sc._candidates(seg, lambda idx, seg_line: self._give_up(idx, self.lines + seg_line))
+        present: list[
+            tuple[int, int]
+        ] = []  # keep="last" patterns: (index, line end) of their first candidate
+        keys = sc._candidates(seg, lambda idx, seg_line: self._give_up(idx, self.lines + seg_line), present)
         base = self.lines
         counted_to = 0  # newlines in seg[:counted_to] are already counted ...
         newlines = 0  # ... and this is how many there are
@@ -614,31 +736,30 @@ class _FileScan:
             if kept and (compiled[idx] or sc._comp(idx)).after:
                 self._start_context(idx, seg, end)
         newlines += _count_newlines(seg, counted_to)
-        if sc._last_idx:
-            # Only the last hit is kept (progress lines, one per step): find the segment's last lines for
-            # those patterns (_last_ends), and confirm them from the end backwards.
-            for idx, ends in sc._last_ends(seg).items():
-                if idx in skip:
-                    continue
-                confirm = (compiled[idx] or sc._comp(idx)).search
-                try:
-                    hit = _last_confirmed(seg, ends, confirm)
-                    if hit is None:
-                        # hyperscan and Python rarely disagree on a line; if no line of the window confirms,
-                        # the whole segment is searched for this pattern before giving up on it.
-                        ends = sc._last_ends(seg, [idx], whole=True).get(idx, [])
-                        hit = _last_confirmed(seg, ends, confirm)
-                except PatternTimeout:
-                    self._give_up(idx, base + 1)
-                    continue
-                if hit is not None:
-                    start, line, m = hit
-                    self.counts[idx] += len(ends)  # matching lines in the stretch searched
-                    line_no = base + newlines - _count_newlines(seg, start) + 1
-                    self.last[idx] = (line_no, line[:_TEXT_BYTES], m.groupdict())
         nlines = newlines + (1 if unterminated else 0)
+        for idx, end in present:
+            # Only the last hit is kept (progress lines, one per step): a callback per line would cost more than
+            # the whole scan, so hyperscan reports a segment's first candidate only; once confirmed, this segment
+            # is the one the last hit is looked for in when the file ends (_finish_last).
+            if idx in skip:
+                continue
+            start = seg.rfind(b"\n", 0, end) + 1
+            comp = compiled[idx] or sc._comp(idx)
+            try:
+                m = comp.search(seg[start:end])
+                if (
+                    m is None
+                ):  # a match that ran on across a newline (\s): any line of the segment confirming?
+                    ends = sc._last_ends(seg, [idx], whole=True).get(idx, [])
+                    m = _last_confirmed(seg, ends, comp.search)
+            except PatternTimeout:
+                self._give_up(idx, base + 1)
+                continue
+            if m is not None:
+                self.held[idx] = (seg, base)
+                self.seen_in[idx] += 1
         self.lines = base + nlines
-        self._keep_tail(seg, nlines, unterminated)
+        self._hold_tail(seg, nlines, unterminated)
 
     def _give_up(self, idx: int, line_no: int) -> None:
         """Stop using pattern `idx` for the rest of this scanner's work: one call exceeded the bound."""
@@ -689,12 +810,37 @@ class _FileScan:
             pos = stop + 1
         return want
 
-    def _keep_tail(self, seg: bytes, nlines: int, unterminated: bool) -> None:
-        want = min(self.tail.maxlen or 0, nlines)
-        if not want:
+    def _hold_tail(self, seg: bytes, nlines: int, unterminated: bool) -> None:
+        """Keep the last segments until the later ones hold `tail_lines` lines (or a few MiB: then cut)."""
+        want = self.tail.maxlen or 0
+        if not want or not nlines:
+            return
+        self.tail_segs.append((seg, self.lines, unterminated, nlines))
+        self.tail_seg_lines += nlines
+        self.tail_seg_bytes += len(seg)
+        while len(self.tail_segs) > 1:
+            first = self.tail_segs[0]
+            if self.tail_seg_lines - first[3] < want and self.tail_seg_bytes <= _TAIL_HOLD_BYTES:
+                break
+            self.tail_segs.popleft()
+            self.tail_seg_lines -= first[3]
+            self.tail_seg_bytes -= len(first[0])
+            if self.tail_seg_lines < want:  # long lines: cut the oldest into the tail now, bytes stay bounded
+                self._cut_tail(*first[:3])
+
+    def _flush_tail(self) -> None:
+        while self.tail_segs:
+            self._cut_tail(*self.tail_segs.popleft()[:3])
+        self.tail_seg_lines = self.tail_seg_bytes = 0
+
+    def _cut_tail(self, seg: bytes, last_line: int, unterminated: bool) -> None:
+        """Append the last lines of `seg` (whose last line is number `last_line`) to the tail."""
+        first_line = last_line - _count_newlines(seg) - (1 if unterminated else 0) + 1
+        want = min(self.tail.maxlen or 0, last_line - first_line + 1)
+        if want <= 0:
             return
         items: list[tuple[int, bytes]] = []
-        line_no = self.lines
+        line_no = last_line
         end = len(seg) if unterminated else len(seg) - 1
         for _ in range(want):
             start = seg.rfind(b"\n", 0, end) + 1
@@ -703,10 +849,53 @@ class _FileScan:
             end = start - 1
         self.tail.extend(reversed(items))
 
+    def _finish_last(self) -> None:
+        """The last hit of each keep="last" pattern, in the segment that held it; and its hits in the tail."""
+        sc = self.sc
+        for idx, (seg, base) in self.held.items():
+            if idx in sc._timed_out:
+                continue
+            comp = sc._comp(idx)
+            ends = sc._last_ends(seg, [idx]).get(idx, [])
+            try:
+                hit = _last_confirmed(seg, ends, comp.search)
+                if hit is None:  # hyperscan and Python rarely disagree on a line: then the whole segment
+                    ends = sc._last_ends(seg, [idx], whole=True).get(idx, [])
+                    hit = _last_confirmed(seg, ends, comp.search)
+            except PatternTimeout:
+                self._give_up(idx, base + 1)
+                continue
+            if hit is None:
+                continue
+            start, line, m = hit
+            line_no = base + _count_newlines(seg, 0, start) + 1
+            self.last[idx] = (line_no, line[:_TEXT_BYTES], m.groupdict())
+            # A lower bound (exact for a log of one segment, about 1 MiB): this segment's matching lines, and one for
+            # each earlier segment the pattern was seen in.
+            self.counts[idx] = len(ends) + self.seen_in[idx] - 1
+
+    def _recent(self) -> list[Hit]:
+        """Confirmed hits of the keep="last" patterns among the tail lines (ScanResult.recent): the tail is held
+        in memory anyway, and a few hundred regex calls cost nothing next to the pass."""
+        sc = self.sc
+        last = [i for i, p in enumerate(sc.patterns) if p.keep == "last" and i not in sc._timed_out]
+        out: list[Hit] = []
+        for line_no, line in self.tail if last else ():
+            for idx in last:
+                try:
+                    m = sc._comp(idx).search(line)
+                except PatternTimeout:
+                    continue
+                if m is not None:
+                    out.append(Hit(idx, line_no, _text(line), _groups(m.groupdict())))
+        return out
+
     # -- result ---------------------------------------------------------------------------------------
 
     def _result(self) -> ScanResult:
         res = self.res
+        res.issues[:0] = [text.format(line=ln) for ln, text in self.line_notes[:_MAX_LONG_LINE_ISSUES]]
+        res.recent = self._recent()
         if self.long_lines > _MAX_LONG_LINE_ISSUES:
             res.issues.append(
                 f"{self.long_lines - _MAX_LONG_LINE_ISSUES} more lines longer than 1 MiB "
@@ -1104,23 +1293,26 @@ class Scanner:
             self.fallbacks.append(f"hyperscan could not compile the pattern set: {e}")
             return None, sorted(py_idx + keep)
 
-    def _candidates(self, seg: bytes, give_up: Any = None) -> list[int]:
+    def _candidates(
+        self, seg: bytes, give_up: Any = None, present: list[tuple[int, int]] | None = None
+    ) -> list[int]:
         """Sorted keys ``line_end * npat + index`` of candidate (line, pattern) pairs in `seg`.
 
         line_end is the offset of the newline ending the line (len(seg) for an unterminated last line).
-        Duplicates are possible; the caller confirms every candidate.
+        Duplicates are possible; the caller confirms every candidate. The keep="last" patterns that hyperscan
+        matches exactly are not among them: `present` gets (index, line end) of the first line each matches.
         """
         keys = self._candidates_py(seg, self._py_idx, give_up) if self._py_idx else []
-        if self._db is not None:
-            keys.extend(self._candidates_hs(seg))
+        if self._db is not None or self._last_idx:
+            keys.extend(self._candidates_hs(seg, present))
         keys.sort()
         return keys
 
-    def _candidates_hs(self, seg: bytes) -> list[int]:
+    def _candidates_hs(self, seg: bytes, present: list[tuple[int, int]] | None = None) -> list[int]:
         assert _hs is not None
         # Scratch space may not be shared between concurrent scans: one per thread.
         scratch = getattr(self._tls, "scratch", None)
-        if scratch is None:
+        if scratch is None and self._db is not None:
             scratch = self._tls.scratch = _hs.Scratch(self._db)
         keys: list[int] = []
         append = keys.append
@@ -1130,9 +1322,22 @@ class Scanner:
             append((to - 1) * npat + idx)  # kept minimal: it runs once per candidate (line, pattern)
 
         # The expressions end by consuming a newline, so the last line needs one.
-        self._db.scan(
-            seg if seg.endswith(b"\n") else seg + b"\n", match_event_handler=on_match, scratch=scratch
-        )
+        data = seg if seg.endswith(b"\n") else seg + b"\n"
+        if self._db is not None:
+            self._db.scan(data, match_event_handler=on_match, scratch=scratch)
+        if present is not None and self._last_idx:
+            # keep="last" patterns (progress lines, one per step): a callback per line would cost more than the
+            # whole scan, so each has a database of its own with HS_FLAG_SINGLEMATCH, which reports its first line
+            # in the segment and stops there (one database for all of them scans several times slower when some
+            # never match). The file's last hit is then looked for in the last segment that had one.
+            seen = present.append
+
+            def on_first(idx: int, _from: int, to: int, _flags: int, _ctx: object) -> None:
+                seen((idx, to - 1))
+
+            for idx in self._last_idx:
+                if idx not in self._timed_out:
+                    self._scan_with([idx], data, on_first, 0, single=True)
         return keys
 
     def _last_ends(
@@ -1158,14 +1363,20 @@ class Scanner:
                 self._scan_with(missing, data[:split], on_match, 0)
         return ends
 
-    def _scan_with(self, idx: list[int], data: bytes, on_match: Any, context: int) -> None:
-        """Scan `data` with a database of just the patterns `idx` (built once, then cached)."""
+    def _scan_with(
+        self, idx: list[int], data: bytes, on_match: Any, context: int, single: bool = False
+    ) -> None:
+        """Scan `data` with a database of just the patterns `idx` (built once, then cached); `single`: each pattern
+        reports its first match only (HS_FLAG_SINGLEMATCH)."""
         assert _hs is not None
-        key = tuple(idx)
+        key = (*idx, -1) if single else tuple(idx)
         db = self._subset_dbs.get(key)
         if db is None:
             forms = [self._hs_forms[i] for i in idx]
-            db = self._subset_dbs[key] = _hs_database([f[0] for f in forms], idx, [f[1] for f in forms])
+            extra = _hs.HS_FLAG_SINGLEMATCH if single else 0
+            db = self._subset_dbs[key] = _hs_database(
+                [f[0] for f in forms], idx, [f[1] | extra for f in forms]
+            )
         scratches = getattr(self._tls, "scratches", None)
         if scratches is None:
             scratches = self._tls.scratches = {}
@@ -1226,34 +1437,142 @@ class Scanner:
 
     # -- scanning -------------------------------------------------------------------------------------
 
-    def scan_bytes(self, data: bytes, path: str = "<bytes>") -> ScanResult:
+    def scan_bytes(self, data: bytes, path: str = "<bytes>", sampler: Sampler | None = None) -> ScanResult:
         """Scan an in-memory log (plain, gzip or zstd content, recognised by magic bytes)."""
-        return self._scan_stream(io.BytesIO(bytes(data)), path, len(data))
+        return self._scan_stream(io.BytesIO(bytes(data)), path, len(data), sampler)
 
-    def scan_path(self, path: str | os.PathLike[str]) -> ScanResult:
-        """Scan one file; never raises for unreadable, odd or binary files: see ScanResult.issues."""
+    def scan_path(
+        self, path: str | os.PathLike[str], sampler: Sampler | None = None, threads: int | None = None
+    ) -> ScanResult:
+        """Scan one file; never raises for unreadable, odd or binary files: see ScanResult.issues.
+
+        A plain file of SPLIT_MIN_BYTES or more is cut into `threads` byte ranges at line starts (default: one per
+        available CPU), scanned side by side: hyperscan releases the GIL, so both CPUs of a small machine work
+        on one big log. It is still one pass: each byte is read once, and the ranges' results are joined."""
         spath = os.fspath(path)
         try:  # regular files only: a FIFO would block the open, a device never end
             fh = open_regular(spath)
         except Unreadable as e:
             return self._failed(spath, e.reason)
         try:
-            return self._scan_stream(fh, spath, os.fstat(fh.fileno()).st_size)
+            size = os.fstat(fh.fileno()).st_size
+            if size >= PROGRESS_MIN_BYTES:
+                _keep_freed_memory()
+            if threads is None:
+                threads = _available_cpus()
+            # Only hyperscan lets the threads work side by side: the pure-Python engine holds the GIL.
+            if threads > 1 and size >= SPLIT_MIN_BYTES and self.engine != "python-re":
+                try:
+                    head = os.pread(fh.fileno(), 4, 0)
+                except OSError:
+                    head = b""
+                if head and not head.startswith((_GZIP_MAGIC, _ZSTD_MAGIC)):
+                    res = self._scan_split(fh, spath, size, sampler, threads)
+                    if res is not None:
+                        return res
+            return self._scan_stream(fh, spath, size, sampler)
         finally:
             fh.close()
 
     def _failed(self, path: str, issue: str) -> ScanResult:
         return ScanResult(path=path, issues=[issue], engine=self.engine)
 
-    def _scan_stream(self, fh: BinaryIO, path: str, size: int) -> ScanResult:
-        scan = _FileScan(self, path)
+    def _scan_split(
+        self, fh: BinaryIO, path: str, size: int, sampler: Sampler | None, parts: int
+    ) -> ScanResult | None:
+        """Scan byte ranges of a plain file in `parts` threads; None when it cannot be cut at line starts."""
+        fd = fh.fileno()
+        bounds = [0]
+        for k in range(1, parts):
+            b = _line_start_after(fd, k * size // parts, size)
+            if b is not None and bounds[-1] < b < size:
+                bounds.append(b)
+        bounds.append(size)
+        n = len(bounds) - 1
+        if n < 2:
+            return None
+        builder = sampler.builder(path, size, False) if sampler is not None else None
+        buffered: list[list[tuple[int, Any]]] = [[] for _ in range(n)]
+        scans: list[_FileScan] = []
+        for k in range(n):
+            sample = None
+            if sampler is not None and builder is not None:
+                # The first range feeds the sampler as it goes; the others keep their matches for it, in order.
+                sink = builder.add if k == 0 else (lambda base, m, buf=buffered[k]: buf.append((base, m)))
+                sample = (sampler.ranges(size, False), sampler.match, sink)
+            scans.append(_FileScan(self, path, sample, offset=bounds[k]))
+
+        done = [0] * n  # bytes read per range, for the progress bar (shown by the first range's thread)
+        progress = (
+            _Progress(path, size)
+            if self.progress and size > PROGRESS_MIN_BYTES and _stderr_is_tty()
+            else None
+        )
+
+        def work(k: int) -> None:
+            scan, pos, end = scans[k], bounds[k], bounds[k + 1]
+            try:
+                while pos < end:
+                    chunk = os.pread(fd, min(self.chunk_size, end - pos), pos)
+                    if not chunk:
+                        break
+                    scan.feed(chunk)
+                    pos += len(chunk)
+                    done[k] = pos - bounds[k]
+                    if k == 0 and progress is not None:
+                        progress.update(sum(done))
+                if pos < end:
+                    scan.res.truncated = True
+                    scan.line_notes.append((scan.lines, "file shrank while read, after line {line}"))
+                if scan.open_context:  # a traceback region that runs on into the next range
+                    _extend_context(scan, fd, end, size)
+            except OSError as e:  # e.g. EIO mid-file: keep what was read
+                scan.res.truncated = True
+                scan.line_notes.append((scan.lines, f"read error after line {{line}}: {e.strerror or e}"))
+            except MemoryError:
+                scan.res.truncated = True
+                scan.line_notes.append((scan.lines, "read error after line {line}: out of memory"))
+            scan.res.bytes_read = pos - bounds[k]
+            scan.end()
+
+        import concurrent.futures  # here: a small diagnosis never splits a file
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=n - 1) as pool:
+            futures = [pool.submit(work, k) for k in range(1, n)]
+            try:
+                work(0)
+                for fut in futures:
+                    fut.result()
+            finally:
+                if progress is not None:
+                    progress.close()
+        first = scans[0]
+        for k in range(1, n):
+            if builder is not None:
+                for base, m in buffered[k]:
+                    builder.add(first.lines + base, m)
+                buffered[k].clear()
+            first.absorb(scans[k])
+        res = first._result()
+        if builder is not None:
+            res.sampled = builder.finish(first.lines)
+        return res
+
+    def _scan_stream(self, fh: BinaryIO, path: str, size: int, sampler: Sampler | None = None) -> ScanResult:
         state: dict[str, Any] = {}
-        res = scan.res
         try:
             head = fh.read(4)
         except OSError as e:
-            res.issues.append(f"read error: {e.strerror or e}")
+            scan = _FileScan(self, path)
+            scan.res.issues.append(f"read error: {e.strerror or e}")
             return scan.finish()
+        compressed = head.startswith((_GZIP_MAGIC, _ZSTD_MAGIC))
+        builder = sampler.builder(path, size, compressed) if sampler is not None else None
+        sample = None
+        if sampler is not None and builder is not None:
+            sample = (sampler.ranges(size, compressed), sampler.match, builder.add)
+        scan = _FileScan(self, path, sample)
+        res = scan.res
         kind = "plain"
         if head.startswith(_GZIP_MAGIC):
             kind = "gzip"
@@ -1283,6 +1602,8 @@ class Scanner:
                 progress.close()
         res.bytes_read = _tell(fh)
         scan.finish()
+        if builder is not None:
+            res.sampled = builder.finish(scan.lines)
         lines = scan.lines
         if "truncated" in state:
             res.truncated = True
@@ -1296,6 +1617,38 @@ class Scanner:
         if "trailing_garbage" in state:
             res.issues.append("trailing garbage after the gzip data ignored")
         return res
+
+
+def _overlaps(ranges: list[tuple[int, int]] | None, start: int, end: int) -> bool:
+    """Whether [start, end) meets one of the byte ranges (None: everything does)."""
+    if ranges is None:
+        return True
+    return any(a < end and start < b for a, b in ranges)
+
+
+def _line_start_after(fd: int, pos: int, size: int) -> int | None:
+    """The offset just after the first newline at or after `pos` (within 4 MiB), or None."""
+    stop = min(size, pos + (4 << 20))
+    while pos < stop:
+        piece = os.pread(fd, min(64 << 10, stop - pos), pos)
+        if not piece:
+            return None
+        nl = piece.find(b"\n")
+        if nl >= 0:
+            return pos + nl + 1
+        pos += len(piece)
+    return None
+
+
+def _extend_context(scan: _FileScan, fd: int, pos: int, size: int) -> None:
+    """Feed the lines after a range's end to the traceback regions still open there (bounded read)."""
+    data = os.pread(fd, min(_CONTEXT_READ, size - pos), pos)
+    cut = data.rfind(b"\n")
+    if cut < 0:
+        return
+    seg = data[: cut + 1].replace(b"\r\n", b"\n")
+    scan._continue_context(seg)
+    scan.open_context = []
 
 
 def _tell(fh: BinaryIO) -> int:
@@ -1380,9 +1733,9 @@ def _worker_init(state: dict[str, Any]) -> None:
     _worker_scanner = scanner
 
 
-def _worker_scan(path: str) -> ScanResult:
+def _worker_scan(path: str, sampler: Sampler | None = None) -> ScanResult:
     assert _worker_scanner is not None
-    return _worker_scanner.scan_path(path)
+    return _worker_scanner.scan_path(path, sampler, threads=1)
 
 
 def _available_cpus() -> int:
@@ -1399,26 +1752,27 @@ def _size_or_zero(path: str) -> int:
         return 0
 
 
-def scan_paths(scanner: Scanner, paths: Sequence[str], jobs: int | None = None) -> list[ScanResult]:
+def scan_paths(
+    scanner: Scanner, paths: Sequence[str], jobs: int | None = None, sampler: Sampler | None = None
+) -> list[ScanResult]:
     """Scan many files in parallel worker processes (one per core by default); results in input order.
 
     Processes rather than threads because confirmation, bookkeeping and the pure-Python engine hold the
     GIL.  Largest files are started first so one big log doesn't end up alone at the end.  If worker
-    processes cannot be used (sandbox, daemonic parent), threads are used instead.
+    processes cannot be used (sandbox, daemonic parent), threads are used instead.  A single file is scanned
+    here: a big one in byte ranges on threads (Scanner.scan_path), with no process to start or results to pickle.
     """
     spaths = [os.fspath(p) for p in paths]
     if not spaths:
         return []
     cpus = _available_cpus()
     workers = max(1, min(jobs or cpus, len(spaths)))
-    # One big file still goes to a worker process when there are cores to spare: the scan then leaves the
-    # GIL to the probes running beside it (the metrics probe reads the same log).
     sizes = [_size_or_zero(p) for p in spaths]
     total = sum(sizes)
-    alone = workers == 1 and not (jobs is None and cpus > 1 and total >= OFFLOAD_MIN_BYTES)
     # Worker processes cost tens of milliseconds to start: small inputs are scanned right here.
-    if alone or (jobs is None and total < INLINE_MAX_BYTES):
-        return [scanner.scan_path(p) for p in spaths]
+    if workers == 1 or (jobs is None and total < INLINE_MAX_BYTES):
+        threads = None if jobs is None else 1
+        return [scanner.scan_path(p, sampler, threads) for p in spaths]
     import concurrent.futures  # here: a small diagnosis scans in-process and never needs it (nor logging)
     import concurrent.futures.process
 
@@ -1431,7 +1785,7 @@ def scan_paths(scanner: Scanner, paths: Sequence[str], jobs: int | None = None) 
             # several workers must not fight over one TTY line; a single one keeps its progress display
             initargs=(dict(scanner.__getstate__(), progress=scanner.progress and workers == 1),),
         ) as pool:
-            futures = {pool.submit(_worker_scan, spaths[i]): i for i in order}
+            futures = {pool.submit(_worker_scan, spaths[i], sampler): i for i in order}
             # Several workers: one bar here over all the bytes, advanced as each file completes.
             bar = (
                 _Progress(f"{len(spaths)} files", total)
@@ -1449,7 +1803,7 @@ def scan_paths(scanner: Scanner, paths: Sequence[str], jobs: int | None = None) 
     except (OSError, AssertionError, concurrent.futures.process.BrokenProcessPool):
         # AssertionError: multiprocessing refuses children of daemonic processes.
         with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as tpool:
-            futures2 = {tpool.submit(scanner.scan_path, spaths[i]): i for i in order}
+            futures2 = {tpool.submit(scanner.scan_path, spaths[i], sampler, 1): i for i in order}
             for fut in concurrent.futures.as_completed(futures2):
                 results[futures2[fut]] = fut.result()
     return [r for r in results if r is not None]

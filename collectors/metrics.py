@@ -14,9 +14,10 @@ from typing import Any
 
 from ..engine.facts import Fact, FactError
 from .base import Context, ProbeOutput, ProbeUnavailable
+from .logs import stream_pass
 from .metrics_parse import LineReader, read_any
 from .metrics_series import SeriesSet
-from .rundir import RunFiles, find_run_files
+from .rundir import RunFiles
 from .trends import STOP_PRIORITY, Trend, detect, merge
 
 PLOT_POINTS = 2000  # per series in the payload: enough for a picture, small enough to keep around
@@ -40,7 +41,7 @@ def _sources(ctx: Context) -> tuple[list[tuple[Path, str]], list[tuple[Path, str
     metric_files: list[tuple[Path, str]] = []
     logs: list[tuple[Path, str]] = []
     for root in ctx.run_dirs:
-        files: RunFiles = find_run_files(root)
+        files: RunFiles = ctx.files_of(root)
         prefix = "" if len(ctx.run_dirs) == 1 else root.name.rstrip("/") + "/"
         metric_files += [(p, prefix + files.rel(p)) for p in files.files("metrics")]
         logs += [(p, prefix + files.rel(p)) for p in files.files("train")]
@@ -119,9 +120,20 @@ def probe_metrics(ctx: Context) -> ProbeOutput:
         if ss is not None:
             take(ss)
     if logs:
+        # The train logs' metric lines come from the logs probe's pass over them (one read per log); without
+        # packs to build that pass from, each log is read here.
+        sampled: dict[Path, Any] = {}
+        if ctx.kb is not None:
+            _, group, results = stream_pass(ctx, "train")
+            sampled = {src.path: res.sampled for src, res in zip(group, results, strict=False)}
         reader = LineReader()
         for path, display in logs:
-            take(reader.read(path, display, tail_window))
+            ss = sampled.get(path)
+            if isinstance(ss, SeriesSet):
+                ss.source = display
+            else:
+                ss = reader.read(path, display, tail_window)
+            take(ss)
     merged = merge(per_source)
     run_end = max(stops, key=lambda s: STOP_PRIORITY.get(s, 0), default="")
     out = ProbeOutput("metrics")

@@ -186,7 +186,10 @@ class LineReader:
         patterns = [Pattern(p.id, p.regex, False, "all", 1 << 30) for p in self.parsers]
         # metric_lines.yaml is ours and tested: compile each parser's Python form on its first candidate.
         self.scanner = Scanner(patterns, tail_lines=0, engine=engine, progress=False, trusted=True)
-        self._confirm: list[Any] = [None] * len(patterns)
+        # Every candidate is confirmed on its line alone (a hyperscan match can run on across a newline through
+        # `\s`), with the standard `re`: several times faster than the `regex` module the Scanner uses for the
+        # packs' patterns, and these are ours (`re` syntax is the contract).
+        self._confirm: list[Any] = [re.compile(p.regex.encode("utf-8")).search for p in self.parsers]
 
     def _matches(self, seg: bytes) -> tuple[list[tuple[int, int, str, dict[str, str]]], int]:
         """([(line number in seg, parser index, text, groups)], lines in seg) for one segment of whole lines.
@@ -218,10 +221,7 @@ class LineReader:
             if done or idx == prev_idx:
                 continue  # first parser wins on a line; duplicate candidates are possible
             prev_idx = idx
-            search = confirm[idx]
-            if search is None:
-                search = confirm[idx] = self.scanner._comp(idx).confirm.search
-            m = search(line)
+            m = confirm[idx](line)
             if m is None:
                 continue
             newlines += seg.count(b"\n", counted_to, end)
@@ -233,93 +233,189 @@ class LineReader:
         return out, total
 
     def read(self, path: Path, display: str, tail_window: int = 40) -> SeriesSet:
-        out = SeriesSet(display)
-        ordinal = 0
+        """Read one log's metric lines on its own (the diagnosis gets them from the logs probe's pass instead:
+        MetricSampler)."""
+        build = SeriesBuilder(self, display, tail_window)
         total = 0
-        stop_hits: list[tuple[int, str]] = []
-        kinds: set[str] = set()
-        first_rank: int | None = None
-        keys: dict[str, str] = {}  # metric name as logged -> canonical name ("" = not a metric)
-        learned: dict[str, int] = {}  # generic-reader names: sightings, up to 2
-        held: dict[str, tuple[float, float, int]] = {}  # a generic name's first point, until its second
-        last_x: float | None = None
         try:
-            for seg, phys, base in _segments(path, out.issues):
+            for seg, phys, base in _segments(path, build.out.issues):
                 matches, seg_lines = self._matches(seg)
-                # Points are gathered per series for the segment, then added in bulk (Series.extend).
-                pending: dict[str, tuple[list[float], list[float], list[int]]] = {}
-                for seg_line, idx, text, groups in matches:
-                    p = self.parsers[idx]
-                    line_no = base + (phys[seg_line - 1] if phys is not None else seg_line)
-                    if p.stop:
-                        stop_hits.append((line_no, p.stop))
-                        continue
-                    head = text[:200]
-                    rank = lineinfo.rank_of_line(text) if ("ank" in head or "NCCL" in head) else None
-                    if rank is not None:
-                        # Interleaved ranks would zig-zag one series: follow the first rank the file shows.
-                        first_rank = rank if first_rank is None else first_rank
-                        if rank != first_rank:
-                            continue
-                    generic = p.parse == "generic"
-                    if generic:
-                        rec, counters = parse_generic(text)
-                    else:
-                        rec, counters = parse_record(p.parse, text), {}
-                    if not rec or "train_runtime" in rec:
-                        continue  # HF's end-of-training summary averages the whole run: not a datapoint
-                    if p.prefix:
-                        rec = {(k if k.startswith(p.prefix) else p.prefix + k): v for k, v in rec.items()}
-                    ordinal += 1
-                    if "x" in counters and not groups:
-                        x, kind = counters["x"], "step"
-                    elif groups or last_x is None:
-                        x, kind = _x_of(groups, rec, ordinal)
-                    else:  # no counter of its own (a validation or timer line): the last step seen
-                        x, kind = last_x, "step"
-                    if kind == "step":
-                        last_x = x
-                    kinds.add(kind)
-                    out.parsers.add(p.id)
-                    for name, value in rec.items():
-                        key = keys.get(name)
-                        if key is None:  # a log repeats the same few names: resolve each once
-                            key = keys[name] = "" if canonical(name) in _SKIP_KEYS else canonical(name)
-                        if not key:
-                            continue
-                        if generic and learned.get(key, 0) < 2:
-                            # Names are learned per file: a name becomes a series on its second sighting, so
-                            # one stray "word number" in a chatter line does not make a curve.
-                            seen = learned[key] = learned.get(key, 0) + 1
-                            if seen == 1:
-                                held[key] = (x, value, line_no)
-                                continue
-                            hx, hv, hl = held.pop(key)
-                            buf = pending.get(key)
-                            if buf is None:
-                                buf = pending[key] = ([], [], [])
-                            buf[0].append(hx)
-                            buf[1].append(hv)
-                            buf[2].append(hl)
-                        buf = pending.get(key)
-                        if buf is None:
-                            buf = pending[key] = ([], [], [])
-                        buf[0].append(x)
-                        buf[1].append(value)
-                        buf[2].append(line_no)
-                for key, (xs, vs, lns) in pending.items():
-                    out.extend_canonical(key, xs, vs, lns)
+                build.add_matches(base, matches, phys)
                 total = base + (phys[-1] if phys else seg_lines)
         except (OSError, EOFError, gzip.BadGzipFile) as e:
-            out.issues.append(f"{display}: read error: {e}")
+            build.out.issues.append(f"{display}: read error: {e}")
         except (ValueError, MemoryError) as e:  # defensive: a parser bug must not sink the probe
-            out.issues.append(f"{display}: {type(e).__name__}: {e}")
-        out.step_kind = "entry" if kinds == {"entry"} else "step"
-        near_end = [(_STOP_RANK[r], ln, r) for ln, r in stop_hits if total - ln <= tail_window]
+            build.out.issues.append(f"{display}: {type(e).__name__}: {e}")
+        return build.finish(total)
+
+
+class SeriesBuilder:
+    """Turns a log's metric-line matches (LineReader._matches), given in file order a segment at a time, into its
+    SeriesSet: the rank followed, the x axis, the names the generic reader learns, the stop lines."""
+
+    def __init__(self, reader: LineReader, display: str, tail_window: int = 40) -> None:
+        self.reader = reader
+        self.tail_window = tail_window
+        self.out = SeriesSet(display)
+        self.ordinal = 0
+        self.stop_hits: list[tuple[int, str]] = []
+        self.kinds: set[str] = set()
+        self.first_rank: int | None = None
+        self.keys: dict[str, str] = {}  # metric name as logged -> canonical name ("" = not a metric)
+        self.learned: dict[str, int] = {}  # generic-reader names: sightings, up to 2
+        self.held: dict[str, tuple[float, float, int]] = {}  # a generic name's first point, until its second
+        self.last_x: float | None = None
+        self.failed = False
+
+    def add(
+        self, base: int, matched: tuple[list[tuple[int, int, str, dict[str, str]]], list[int] | None]
+    ) -> None:
+        """SampleBuilder.add: a MetricSampler.match result; a parser bug ends the series here, not the scan."""
+        if self.failed:
+            return
+        try:
+            self.add_matches(base, *matched)
+        except (ValueError, MemoryError) as e:  # defensive, as in LineReader.read
+            self.failed = True
+            self.out.issues.append(f"{self.out.source}: {type(e).__name__}: {e}")
+
+    def add_matches(
+        self, base: int, matches: list[tuple[int, int, str, dict[str, str]]], phys: list[int] | None
+    ) -> None:
+        parsers = self.reader.parsers
+        out, keys, learned, held = self.out, self.keys, self.learned, self.held
+        # Points are gathered per series for the segment, then added in bulk (Series.extend).
+        pending: dict[str, tuple[list[float], list[float], list[int]]] = {}
+        for seg_line, idx, text, groups in matches:
+            p = parsers[idx]
+            line_no = base + (phys[seg_line - 1] if phys is not None else seg_line)
+            if p.stop:
+                self.stop_hits.append((line_no, p.stop))
+                continue
+            head = text[:200]
+            rank = lineinfo.rank_of_line(text) if ("ank" in head or "NCCL" in head) else None
+            if rank is not None:
+                # Interleaved ranks would zig-zag one series: follow the first rank the file shows.
+                self.first_rank = rank if self.first_rank is None else self.first_rank
+                if rank != self.first_rank:
+                    continue
+            generic = p.parse == "generic"
+            if generic:
+                rec, counters = parse_generic(text)
+            else:
+                rec, counters = parse_record(p.parse, text), {}
+            if not rec or "train_runtime" in rec:
+                continue  # HF's end-of-training summary averages the whole run: not a datapoint
+            if p.prefix:
+                rec = {(k if k.startswith(p.prefix) else p.prefix + k): v for k, v in rec.items()}
+            self.ordinal += 1
+            if "x" in counters and not groups:
+                x, kind = counters["x"], "step"
+            elif groups or self.last_x is None:
+                x, kind = _x_of(groups, rec, self.ordinal)
+            else:  # no counter of its own (a validation or timer line): the last step seen
+                x, kind = self.last_x, "step"
+            if kind == "step":
+                self.last_x = x
+            self.kinds.add(kind)
+            out.parsers.add(p.id)
+            for name, value in rec.items():
+                key = keys.get(name)
+                if key is None:  # a log repeats the same few names: resolve each once
+                    key = keys[name] = "" if canonical(name) in _SKIP_KEYS else canonical(name)
+                if not key:
+                    continue
+                if generic and learned.get(key, 0) < 2:
+                    # Names are learned per file: a name becomes a series on its second sighting, so
+                    # one stray "word number" in a chatter line does not make a curve.
+                    seen = learned[key] = learned.get(key, 0) + 1
+                    if seen == 1:
+                        held[key] = (x, value, line_no)
+                        continue
+                    hx, hv, hl = held.pop(key)
+                    buf = pending.get(key)
+                    if buf is None:
+                        buf = pending[key] = ([], [], [])
+                    buf[0].append(hx)
+                    buf[1].append(hv)
+                    buf[2].append(hl)
+                buf = pending.get(key)
+                if buf is None:
+                    buf = pending[key] = ([], [], [])
+                buf[0].append(x)
+                buf[1].append(value)
+                buf[2].append(line_no)
+        for key, (xs, vs, lns) in pending.items():
+            out.extend_canonical(key, xs, vs, lns)
+
+    def finish(self, total: int) -> SeriesSet:
+        """SampleBuilder.finish: the series, with the stop reason announced near the end (`total` lines)."""
+        out = self.out
+        out.step_kind = "entry" if self.kinds == {"entry"} else "step"
+        near_end = [(_STOP_RANK[r], ln, r) for ln, r in self.stop_hits if total - ln <= self.tail_window]
         if near_end:  # "early stopping" then "Training completed": the specific reason wins
             _, out.stop_line, out.stop = max(near_end)
             out.stop_from_log = True
         return out
+
+
+class MetricSampler:
+    """The metric-line reader riding on the logs probe's scan (logscan.Sampler): one pass over a log feeds both
+    its signatures and its curves. The stretches read are those of ``_sampled_chunks`` (a big plain log: its
+    start, its end and evenly spaced stretches; everything otherwise), and the probe's detail says so."""
+
+    def __init__(self, tail_window: int = 40, engine: str = "auto") -> None:
+        self.tail_window = tail_window
+        self.engine = engine
+        self._reader: LineReader | None = None
+
+    def __getstate__(self) -> dict[str, Any]:  # to worker processes: the reader is rebuilt there
+        return {"tail_window": self.tail_window, "engine": self.engine}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["tail_window"], state["engine"])  # type: ignore[misc]
+
+    @property
+    def reader(self) -> LineReader:
+        if self._reader is None:
+            self._reader = LineReader(self.engine)
+        return self._reader
+
+    def ranges(self, size: int, compressed: bool) -> list[tuple[int, int]] | None:
+        return None if compressed else sample_ranges(size)
+
+    def match(
+        self, seg: bytes, offset: int = 0, ranges: list[tuple[int, int]] | None = None
+    ) -> tuple[list[tuple[int, int, str, dict[str, str]]], list[int] | None]:
+        """The metric lines of `seg` (which starts at byte `offset`) that lie in `ranges` (whole lines)."""
+        skipped = 0
+        if ranges is not None:
+            lo = min((a for a, b in ranges if a < offset + len(seg) and offset < b), default=offset) - offset
+            hi = max((b for a, b in ranges if a < offset + len(seg) and offset < b), default=offset) - offset
+            start = seg.rfind(b"\n", 0, max(0, lo)) + 1 if lo > 0 else 0
+            stop = len(seg) if hi >= len(seg) else seg.find(b"\n", hi) + 1 or len(seg)
+            if start or stop < len(seg):
+                skipped = seg.count(b"\n", 0, start)
+                seg = seg[start:stop]
+        seg, phys = _split_cr(seg)
+        matches = self.reader._matches(seg)[0]
+        if skipped:  # line numbers stay those of the whole segment
+            if phys is not None:
+                phys = [skipped + p for p in phys]
+            else:
+                matches = [(n + skipped, i, t, g) for n, i, t, g in matches]
+        return matches, phys
+
+    def builder(self, path: str, size: int, compressed: bool) -> SeriesBuilder:
+        build = SeriesBuilder(self.reader, path, self.tail_window)
+        ranges = self.ranges(size, compressed)
+        if ranges is not None:
+            read = sum(b - a for a, b in ranges)
+            build.out.issues.append(
+                f"{Path(path).name}: {size / (1 << 30):.1f} GiB: metric lines read in {read / (1 << 20):.1f} MiB "
+                f"({len(ranges)} stretches: its start, its end and evenly spaced ones); line numbers exact"
+            )
+        return build
 
 
 def _text(b: bytes) -> str:
@@ -334,6 +430,32 @@ def _text(b: bytes) -> str:
 # window and datapoints. Signatures (NaN lines, OOMs) come from the full scan of the logs probe regardless.
 SAMPLE_MIN_BYTES = 64 << 20
 SAMPLE_HEAD, SAMPLE_TAIL, SAMPLE_CHUNKS = 2, 4, 10
+# In the logs probe's pass (MetricSampler) each of those stretches is this long: a log dense with metric lines
+# has ~5,000 of them per MiB, each costing ~20 us of Python; 10 x 256 KiB keeps that to a fraction of the scan,
+# with thousands of points per series still. The head and the tail stretches are contiguous, the tail ending
+# with the file.
+SAMPLE_STRETCH = 256 << 10
+
+
+def sample_ranges(size: int) -> list[tuple[int, int]] | None:
+    """The byte ranges whose metric lines a big plain log's pass reads (None: all of it).
+
+    >>> r = sample_ranges(1 << 30)
+    >>> r[:2], r[-1], len(r), sum(b - a for a, b in r) >> 10
+    ([(0, 524288), (2097152, 2359296)], (1072693248, 1073741824), 6, 2560)
+    >>> sample_ranges(64 << 20) is None
+    True
+    """
+    chunks = _sampled_chunks(size)
+    if chunks is None:
+        return None
+    n = -(-size // CHUNK)
+    head, tail = SAMPLE_HEAD * SAMPLE_STRETCH, SAMPLE_TAIL * SAMPLE_STRETCH
+    middle = sorted(i for i in chunks if SAMPLE_HEAD <= i < n - SAMPLE_TAIL)
+    out = [(0, head)]
+    out += [(i * CHUNK, min(size, i * CHUNK + SAMPLE_STRETCH)) for i in middle]
+    out.append((max(head, size - tail), size))
+    return out
 
 
 def _sampled_chunks(size: int) -> set[int] | None:
@@ -348,6 +470,13 @@ def _sampled_chunks(size: int) -> set[int] | None:
     return keep
 
 
+def _sampled_note(name: str, size: int, chunks: int) -> str:
+    return (
+        f"{name}: {size / (1 << 30):.1f} GiB: metric lines read in {chunks * CHUNK >> 20} MiB "
+        "(start, end and evenly spaced stretches); line numbers exact"
+    )
+
+
 def _segments(path: Path, notes: list[str] | None = None) -> Iterator[tuple[bytes, list[int] | None, int]]:
     """(segment of whole lines, physical-line map or None, physical lines before the segment)."""
     gz = path.name.endswith(".gz")
@@ -355,10 +484,7 @@ def _segments(path: Path, notes: list[str] | None = None) -> Iterator[tuple[byte
     size = os.fstat(raw.fileno()).st_size
     keep = None if gz else _sampled_chunks(size)
     if keep is not None and notes is not None:
-        notes.append(
-            f"{path.name}: {size / (1 << 30):.1f} GiB: metric lines read in {len(keep)} MiB "
-            "(start, end and evenly spaced stretches); line numbers exact"
-        )
+        notes.append(_sampled_note(path.name, size, len(keep)))
     base = 0
     carry = b""
     index = -1
@@ -638,6 +764,8 @@ def parse_text_lines(text: str) -> SeriesSet:
 
 __all__ = [
     "LineReader",
+    "MetricSampler",
+    "SeriesBuilder",
     "line_parsers",
     "loads_tolerant",
     "parse_record",

@@ -46,7 +46,6 @@ from . import lineinfo
 from .base import Context, ProbeOutput, ProbeUnavailable
 from .deadlines import hostname
 from .numeric import median
-from .rundir import find_run_files
 
 # Executables that run training directly or launch it.
 _PYTHON = re.compile(r"^(?:python|pypy)(?:\d+(?:\.\d+)*)?[mtd]?$")
@@ -346,7 +345,7 @@ def _run_logs(ctx: Context) -> list[tuple[str, str, Path]]:
     """(real path, display name, path) of every training and scheduler log in the run directories."""
     out = []
     for root in ctx.run_dirs:
-        files = ctx.options.setdefault("_runfiles", {}).get(str(root)) or find_run_files(root)
+        files = ctx.files_of(root)
         prefix = "" if len(ctx.run_dirs) == 1 else root.name.rstrip("/") + "/"
         for role in ("train", "scheduler"):
             for p in files.files(role):

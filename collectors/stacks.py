@@ -29,7 +29,6 @@ from ..redact import redact
 from .base import Context, ProbeOutput, ProbeUnavailable, Runner, runner_of
 from .deadlines import command_timeout, hostname
 from .procinfo import read_proc
-from .rundir import find_run_files
 from .stack_parse import (
     Table,
     Thread,
@@ -269,7 +268,7 @@ def _rank_from_cmdline(cmdline: Sequence[str]) -> int:
 def _newest_log_age(ctx: Context) -> float:
     newest = -1.0
     for root in ctx.run_dirs:
-        files = ctx.options.setdefault("_runfiles", {}).get(str(root)) or find_run_files(root)
+        files = ctx.files_of(root)
         for role in ("train", "scheduler"):
             for p in files.files(role):
                 try:

@@ -147,8 +147,8 @@ def diagnose(
     named_logs, named_kernel, notes = inputs.examine(req.logs, req.kernel_logs, req.bundles)
     ctx = probe_context(req, kb)
     ctx.logs, ctx.kernel_logs = named_logs, named_kernel  # what holds nothing to read is not scanned
-    notes += inputs.run_dir_notes(req.run_dirs, ctx.options.setdefault("_runfiles", {}))
-    blank = inputs.blank_sources(req.run_dirs, ctx.options["_runfiles"], req.logs)
+    notes += inputs.run_dir_notes(req.run_dirs, ctx.run_files)
+    blank = inputs.blank_sources(req.run_dirs, ctx.run_files, req.logs)
     outputs = run_probes(ctx, list(probes) if probes is not None else default_probes(live=not req.offline))
     facts: list[Fact] = [f for o in outputs for f in o.facts] + list(extra_facts)
     facts += rank_facts(facts, kb.registry)  # across ranks: first failure, stragglers, stalls
@@ -206,7 +206,7 @@ def skipped_inputs(ctx: Context, facts: Sequence[Fact]) -> list[str]:
     """Input the probes passed over: run-directory limits (depth, file count, unlistable folders) and log files
     that could not be read (FIFOs, devices, permissions). Each one is shown, and rules out "no failure"."""
     out: list[str] = []
-    for root, files in sorted(ctx.options.get("_runfiles", {}).items()):
+    for root, files in sorted(ctx.run_files.items()):
         out += [f"{root}: {issue}" for issue in getattr(files, "issues", [])]
     out += [
         f"{f.file}: {f.text or 'unreadable'}"

@@ -194,7 +194,7 @@ def test_disk_probe_marks_a_stalled_network_mount(tmp_path: Path) -> None:
 
     ctx = _ctx(tmp_path, mounts=(DATA / "proc-mounts.txt").read_text(), statvfs=measure)
     ctx.run_dirs = [Path("/scratch/u/run7")]
-    ctx.options["_runfiles"] = {"/scratch/u/run7": _empty_runfiles(Path("/scratch/u/run7"))}
+    ctx.seed_run_files({"/scratch/u/run7": _empty_runfiles(Path("/scratch/u/run7"))})
     out = disks.probe_disks(ctx)
     assert out.status == "timeout" and "/scratch/u/run7 (nfs4)" in out.detail
     run = next(f for f in out.facts if f.attrs["role"] == "run_dir")

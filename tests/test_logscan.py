@@ -508,3 +508,82 @@ def test_keep_last_falls_back_when_the_window_does_not_confirm(monkeypatch: pyte
     data = b"".join(f"step {i} loss 2.0\n".encode() for i in range(1, 200))
     res = sc.scan_bytes(data)
     assert [(h.pattern, h.line_no, h.text) for h in res.hits] == [(1, 1, "step 1 loss 2.0")]
+
+
+# --- one big file in byte ranges (threads) -----------------------------------------------------------------
+
+
+def _split_log(n: int, seed: int) -> bytes:
+    import random
+
+    rng = random.Random(seed)
+    out = []
+    for i in range(1, n + 1):
+        r = rng.random()
+        if r < 0.002:
+            out.append("Traceback (most recent call last):")
+            out += [f'  File "train.py", line {k}, in step' for k in range(rng.randrange(1, 6))]
+            out.append("RuntimeError: CUDA error: an illegal memory access was encountered")
+        elif r < 0.004:
+            out.append(f"[rank{i % 8}] NCCL WARN timeout {i}\r")  # a CR LF line
+        elif r < 0.6:
+            out.append(f"step {i} | loss {rng.random():.4f} | step_time: {rng.random():.3f}")
+        else:
+            out.append(f"node:{i} NCCL INFO chatter {'x' * rng.randrange(0, 300)}")
+    return ("\n".join(out) + ("\n" if seed % 2 else "")).encode()
+
+
+SPLIT_PATTERNS = [
+    Pattern("tb", r"Traceback \(most recent call last\)", max_hits=7, after=4),
+    Pattern("cuda", r"CUDA error: (?P<what>[a-z ]+)"),
+    Pattern("warn", r"NCCL WARN timeout (?P<n>\d+)$"),
+    Pattern("step", r"^step (?P<step>\d+) \|", keep="last", max_hits=1),
+    Pattern("time", r"step_time: (?P<t>[\d.]+)", keep="last", max_hits=1),
+]
+
+
+@pytest.mark.skipif(not hyperscan_available(), reason="hyperscan not importable")
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_split_scan_equals_one_range(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
+    import mldebug_rules.collectors.logscan as ls
+
+    monkeypatch.setattr(ls, "SPLIT_MIN_BYTES", 1 << 10)
+    path = tmp_path / "train.log"
+    path.write_bytes(_split_log(6000, seed))
+    sc = Scanner(SPLIT_PATTERNS, tail_lines=50, engine="hyperscan", chunk_size=4096)
+    one = sc.scan_path(path, threads=1)
+    for parts in (2, 3, 5):
+        many = sc.scan_path(path, threads=parts)
+        assert many.ranges == parts and one.ranges == 1 and many.passes == one.passes == 1
+        assert many.hits == one.hits
+        assert many.total_lines == one.total_lines
+        assert many.tail == one.tail
+        assert many.recent == one.recent
+        assert many.bytes_read == one.bytes_read == path.stat().st_size
+        exact = {i: c for i, c in one.counts.items() if SPLIT_PATTERNS[i].keep != "last"}
+        assert {i: many.counts[i] for i in exact} == exact
+
+
+@pytest.mark.skipif(not hyperscan_available(), reason="hyperscan not importable")
+@pytest.mark.parametrize("chunk", [64, 4096, 1 << 20])
+def test_keep_last_and_recent_hits_match_the_reference(tmp_path: Path, chunk: int) -> None:
+    data = _split_log(3000, 4)
+    path = tmp_path / "train.log"
+    path.write_bytes(data)
+    tail = 40
+    res = Scanner(SPLIT_PATTERNS, tail_lines=tail, engine="hyperscan", chunk_size=chunk).scan_path(path)
+    lines = data.decode().replace("\r\n", "\n").split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    for idx, p in enumerate(SPLIT_PATTERNS):
+        if p.keep != "last":
+            continue
+        rx = re.compile(p.regex)
+        matching = [n for n, text in enumerate(lines, 1) if rx.search(text)]
+        (last,) = [h for h in res.hits if h.pattern == idx]
+        assert last.line_no == matching[-1]
+        assert last.groups == rx.search(lines[matching[-1] - 1]).groupdict()  # type: ignore[union-attr]
+        recent = [h.line_no for h in res.recent if h.pattern == idx]
+        assert recent == [n for n in matching if n > len(lines) - tail]
+        assert 1 <= res.counts[idx] <= len(matching)
+    assert [n for n, _ in res.tail] == list(range(len(lines) - tail + 1, len(lines) + 1))
