@@ -27,6 +27,8 @@ DEFAULTS: dict[str, float] = {
     "curve_min_points": 8,
     "nan_first_points": 0,
     "nan_sudden_min_points": 3,
+    "nan_rise_factor": 1.5,
+    "nan_lr_rising_points": 5,
     "diverge_rise_factor": 3.0,
     "diverge_grad_factor": 2.0,
     "spike_factor": 4.0,
@@ -111,6 +113,7 @@ def detect(ss: SeriesSet, kb_params: Mapping[str, Any] | None = None) -> list[Tr
         s = ss.get(name)
         if s is not None and s.nan_onset is not None:
             out.append(_nan_onset(s, p))
+            out += _inf_from_start(s, p)
     if loss is not None:
         out += _divergence(loss, ss.get("grad_norm"), p)
         out += _spike(loss, p)
@@ -121,6 +124,7 @@ def detect(ss: SeriesSet, kb_params: Mapping[str, Any] | None = None) -> list[Tr
     out += _loss_scale(
         ss.get("loss_scale"), ss.get("skipped_iters") or _increments(ss.get("skipped_total")), p
     )
+    out += _nan_precursors(loss, ss.get("lr"), p)
     out += _nan_sudden(loss, out, p)
     mem = ss.get("mem")
     if mem is not None:
@@ -198,6 +202,29 @@ def _nan_onset(s: Series, p: Mapping[str, float]) -> Trend:
     )
 
 
+def _inf_from_start(s: Series, p: Mapping[str, float]) -> list[Trend]:
+    """An infinite (not NaN) loss at the first logged point: an overflow or a singularity in the forward pass
+    or the loss (exp of large logits, log(0), a division by zero). NaN inputs propagate as NaN, so an inf
+    first points at the computation rather than at the data."""
+    assert s.nan_onset is not None
+    step, value, line = s.nan_onset
+    if s.name != "loss" or not math.isinf(value) or s.finite_before_nan > p["nan_first_points"]:
+        return []
+    return [
+        Trend(
+            "loss",
+            "inf_from_start",
+            step=_i(step),
+            window_start=_i(step),
+            window_end=_i(step),
+            points=0,
+            line=line,
+            note=f"the first logged loss is {value} (infinite, not NaN) at step {_i(step)}: an overflow or a "
+            "log/division at zero in the forward pass or the loss",
+        )
+    ]
+
+
 def _nan_sudden(loss: Series | None, found: Sequence[Trend], p: Mapping[str, float]) -> list[Trend]:
     """A NaN after a healthy stretch with nothing leading up to it (no rise, no grad growth, no loss-scale
     collapse): the signature of one bad batch rather than of the optimizer or of reduced precision."""
@@ -205,7 +232,14 @@ def _nan_sudden(loss: Series | None, found: Sequence[Trend], p: Mapping[str, flo
         return []
     if loss.finite_before_nan < p["nan_sudden_min_points"]:
         return []
-    precursors = {"diverging", "rising", "loss_scale_collapse", "skipped_steps"}
+    precursors = {
+        "diverging",
+        "rising",
+        "loss_scale_collapse",
+        "skipped_steps",
+        "nan_after_rise",
+        "nan_lr_rising",
+    }
     if any(t.trend in precursors for t in found):
         return []
     step, value, line = loss.nan_onset
@@ -226,6 +260,60 @@ def _nan_sudden(loss: Series | None, found: Sequence[Trend], p: Mapping[str, flo
             "collapse before it",
         )
     ]
+
+
+def _nan_precursors(loss: Series | None, lr: Series | None, p: Mapping[str, float]) -> list[Trend]:
+    """What led up to a NaN that came after a finite stretch. Two build-ups point at the optimizer rather than
+    at one bad batch: the loss climbing over its last finite points (by nan_rise_factor over the lowest of the
+    20 before them: the blow-up started before the NaN, smaller than a full divergence), and a learning rate
+    still rising at the onset (a warm-up or a schedule pushing the step size past what the model takes)."""
+    if loss is None or loss.nan_onset is None or loss.finite_before_nan < p["nan_sudden_min_points"]:
+        return []
+    step, _, line = loss.nan_onset
+    xs, ys = loss.finite()
+    pre = [(x, y) for x, y in zip(xs, ys, strict=False) if x < step]
+    out: list[Trend] = []
+    if len(pre) >= 6:
+        tail = [y for _, y in pre[-3:]]
+        ref = [y for _, y in pre[-23:-3]]
+        lo = min(ref)
+        rise = _med(tail) / lo if lo > 0 else 0.0
+        if rise >= p["nan_rise_factor"] and tail[-1] >= tail[0]:
+            out.append(
+                Trend(
+                    "loss",
+                    "nan_after_rise",
+                    value=round(rise, 3),
+                    step=_i(step),
+                    window_start=_i(pre[-23:][0][0]),
+                    window_end=_i(step),
+                    points=len(pre[-23:]),
+                    line=line,
+                    note=f"loss climbed x{rise:.3g} (from {lo:.4g} to {_med(tail):.4g}) over its last finite "
+                    f"points, then turned non-finite at step {_i(step)}",
+                )
+            )
+    if lr is not None:
+        lx, ly = lr.finite()
+        k = int(p["nan_lr_rising_points"])
+        seq = [(x, y) for x, y in zip(lx, ly, strict=False) if x <= step][-k:]
+        vals = [y for _, y in seq]
+        if len(vals) >= k and vals[-1] > vals[0] > 0 and all(b >= a for a, b in pairwise(vals)):
+            out.append(
+                Trend(
+                    "lr",
+                    "nan_lr_rising",
+                    value=vals[-1],
+                    step=_i(step),
+                    window_start=_i(seq[0][0]),
+                    window_end=_i(step),
+                    points=len(vals),
+                    line=line,
+                    note=f"the learning rate was still rising ({vals[0]:.4g} -> {vals[-1]:.4g} over the last "
+                    f"{len(vals)} points: a warm-up or schedule) when the loss turned non-finite at step {_i(step)}",
+                )
+            )
+    return out
 
 
 def _divergence(loss: Series, grad: Series | None, p: Mapping[str, float]) -> list[Trend]:
