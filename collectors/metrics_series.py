@@ -39,6 +39,8 @@ _ALIASES: dict[str, tuple[str, ...]] = {
         "loss_step",
         "total_loss",
         "objective_loss",
+        "objective",  # matconvnet's cnn_train
+        "cross_entropy",  # MXNet's CrossEntropy metric
         "avg_loss",
         "average_loss",
         "mean_loss",
@@ -56,6 +58,7 @@ _ALIASES: dict[str, tuple[str, ...]] = {
         "validation_lm_loss",
         "val_lm_loss",
         "test_loss",
+        "val_objective",
     ),
     "grad_norm": (
         "grad_norm",
@@ -122,6 +125,7 @@ _ALIASES: dict[str, tuple[str, ...]] = {
         "tokens_per_second",
         "tok_s",
         "it_s",
+        "speed",  # MXNet's Speedometer ("Speed: 2015.42 samples/sec")
         "train_samples_per_second",
         "rate",
         "currsamplespersec",

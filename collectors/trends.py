@@ -46,6 +46,7 @@ DEFAULTS: dict[str, float] = {
     "throughput_drop_frac": 0.3,
     "throughput_decay_stretches": 0.6,
     "throughput_decay_step": 0.02,
+    "throughput_decay_min_drop": 0.15,
     "data_wait_share": 0.4,
     "skipped_steps_min": 10,
     "loss_scale_collapse_factor": 256.0,
@@ -634,11 +635,13 @@ def _throughput(tp: Series | None, st: Series | None, p: Mapping[str, float]) ->
     if not early or early <= 0:
         return []
     drop = 1.0 - late / early
+    # A steady slide is telling at a smaller size than a step down (a throttling GPU loses 15-30%).
+    slide = _throughput_decay(xs, ys, drop, src, line_of, p) if drop >= p["throughput_decay_min_drop"] else []
     if drop < p["throughput_drop_frac"]:
-        return []
+        return slide
     ws = _i(xs[len(ys) - q])
     return [
-        *_throughput_decay(xs, ys, drop, src, line_of, p),
+        *slide,
         Trend(
             "throughput",
             "throughput_drop",

@@ -244,6 +244,9 @@ def test_the_healthy_corpus_covers_every_format() -> None:
         "pytorch_examples",
         "torchtitan",
         "plain_prints",
+        "yolov5",
+        "matconvnet",
+        "mxnet",
     ):
         assert fmt in names, fmt
 
