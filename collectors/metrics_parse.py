@@ -136,6 +136,11 @@ def parse_record(mode: str, text: str) -> dict[str, float]:
         pairs = _KV.findall(text)
     elif mode == "generic":
         return parse_generic(text)[0]
+    elif mode == "bare_loss":
+        value = to_float(text.rsplit(":", 1)[-1].strip())
+        if value is not None:
+            out["loss"] = value
+        return out
     elif mode == "yolo_columns":
         m = _YOLO.match(text)
         if m is None:

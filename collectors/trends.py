@@ -35,6 +35,7 @@ DEFAULTS: dict[str, float] = {
     "plateau_rel_range": 0.03,
     "plateau_min_drop": 0.05,
     "stuck_rel_tol": 0.02,
+    "frozen_rel_range": 0.001,
     "chance_abs_tol": 0.01,
     "overfit_val_rise": 0.05,
     "overfit_min_val_points": 4,
@@ -418,10 +419,17 @@ def _plateau(loss: Series, p: Mapping[str, float]) -> list[Trend]:
     best = min(_med(first[i : i + tenth]) for i in range(0, len(first), tenth)) if first else level
     if best < level - abs(level) * p["plateau_min_drop"]:
         return []
-    flat = spread <= p["plateau_rel_range"] and drop < p["plateau_min_drop"]
+    # Frozen at chance: the same value to the printed digits at every point of the last half, and that value
+    # is ln(k). Batch noise moves a learning model's loss step to step; a loss frozen at a uniform guess's
+    # cross-entropy means outputs that no longer change (saturated units, dead activations), however much it
+    # moved before freezing. (A converged loss printed with few digits can be frozen too, but not at ln(k).)
+    frozen = spread <= p["frozen_rel_range"]
+    chance = chance_classes(level, p["chance_abs_tol"])
+    frozen_at_chance = frozen and chance is not None
+    flat = spread <= p["plateau_rel_range"] and (drop < p["plateau_min_drop"] or frozen_at_chance)
     # Stuck at its initial value: however noisy, the loss ends where it began (neither better nor worse).
     stuck = abs(drop) <= p["stuck_rel_tol"]
-    k = chance_classes(level, p["chance_abs_tol"]) if drop < p["plateau_min_drop"] else None
+    k = chance if drop < p["plateau_min_drop"] or frozen_at_chance else None
     if not flat and not stuck and k is None:
         return []
     ws, we = _i(xs[len(ys) // 2]), _i(xs[-1])
@@ -435,7 +443,7 @@ def _plateau(loss: Series, p: Mapping[str, float]) -> list[Trend]:
             window_end=we,
             points=len(half),
             line=loss.line_at(xs[-1]),
-            note=f"loss {'flat' if flat else 'stuck'} at {level:.4g} over steps {ws}..{we} (spread "
+            note=f"loss {'frozen' if frozen_at_chance else 'flat' if flat else 'stuck'} at {level:.4g} over steps {ws}..{we} (spread "
             f"{spread:.1%}, improved {drop:.1%} since the start)",
         )
     ]

@@ -237,3 +237,11 @@ def test_the_docs_threshold_table_is_the_curves_pack_params() -> None:
     assert set(rows) == set(params), set(rows) ^ set(params)
     for name, spec in params.items():
         assert rows[name] == (float(spec["default"]), spec["description"].strip()), name
+
+
+def test_a_loss_frozen_at_chance_after_a_noisy_start_is_a_plateau() -> None:
+    """Frozen to the printed digits at ln(2) after moving: the outputs no longer change (saturated units)."""
+    got = _trends(_ss(loss=[0.69, 1.9, 4.0, 0.88, 7.3, 2.7, 0.99, 0.70] + [0.6931] * 24))
+    assert "plateau" in got and "chance_level" in got
+    # frozen elsewhere than ln(k) after converging stays healthy (a loss printed with few digits)
+    assert "plateau" not in _trends(_ss(loss=[3.0 - 0.2 * i for i in range(10)] + [1.0] * 30))
