@@ -30,7 +30,7 @@ from typing import Any
 
 _QUAL = (
     r"(?:train|training|val|valid|validation|eval|test|dev|avg|average|mean|running|max|min|peak|grad|"
-    r"gradient|loss|data|batch|step|iter|lm|total|global|gpu|cuda|elapsed|learning)"
+    r"gradient|loss|data|batch|step|iter|lm|total|global|gpu|cuda|elapsed|learning|epoch)"
 )
 # Prose prints ("average training loss is 2.01", "val loss was 0.9"): the linking verb joins, it is no name.
 _LINK = r"(?:is|was|are|were|now|became)"

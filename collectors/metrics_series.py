@@ -40,6 +40,7 @@ _ALIASES: dict[str, tuple[str, ...]] = {
         "total_loss",
         "objective_loss",
         "objective",  # matconvnet's cnn_train
+        "epoch_loss",  # Keras' TensorBoard scalar; "epoch loss 0.31" (an epoch's time stays apart from a step's)
         "cross_entropy",  # MXNet's CrossEntropy metric
         "avg_loss",
         "average_loss",
