@@ -37,6 +37,7 @@ DEFAULTS: dict[str, float] = {
     "stuck_rel_tol": 0.02,
     "frozen_rel_range": 0.001,
     "chance_abs_tol": 0.01,
+    "chance_min_points": 5,
     "overfit_val_rise": 0.05,
     "overfit_min_val_points": 4,
     "overfit_rising_evals": 3,
@@ -44,6 +45,7 @@ DEFAULTS: dict[str, float] = {
     "mem_increasing_share": 0.5,
     "mem_min_points": 20,
     "mem_rising_stretches": 0.7,
+    "mem_monotone_points": 6,
     "throughput_drop_frac": 0.3,
     "throughput_decay_stretches": 0.6,
     "throughput_decay_step": 0.02,
@@ -400,11 +402,38 @@ def _spike(loss: Series, p: Mapping[str, float]) -> list[Trend]:
     ]
 
 
+def _short_chance(loss: Series, p: Mapping[str, float]) -> list[Trend]:
+    """A short log (fewer points than a window trend needs) whose every point sits at ln(k): a handful of
+    epochs all at a uniform guess's cross-entropy is the commonest "my loss does not change" report."""
+    xs, ys = loss.finite()
+    if not p["chance_min_points"] <= len(ys) < p["curve_min_points"] or loss.nan_onset is not None:
+        return []
+    level = _med(ys)
+    k = chance_classes(level, p["chance_abs_tol"])
+    if k is None or any(abs(y - math.log(k)) > p["chance_abs_tol"] for y in ys):
+        return []
+    ws, we = _i(xs[0]), _i(xs[-1])
+    return [
+        Trend(
+            "loss",
+            "chance_level",
+            value=round(math.log(k), 6),
+            step=ws,
+            window_start=ws,
+            window_end=we,
+            points=len(ys),
+            line=loss.line_at(xs[-1]),
+            note=f"every logged loss ({len(ys)} points) is ln({k}) = {math.log(k):.4f}: the chance level of a "
+            f"uniform guess over {k} classes (the model predicts nothing)",
+        )
+    ]
+
+
 def _plateau(loss: Series, p: Mapping[str, float]) -> list[Trend]:
     """Flat over the last half and never better than at the start: the run is not learning."""
     xs, ys = loss.finite()
     if len(ys) < p["curve_min_points"] or loss.nan_onset is not None:
-        return []
+        return _short_chance(loss, p)
     half = ys[len(ys) // 2 :]
     head = ys[: max(3, len(ys) // 10)]
     level = _med(half)
@@ -587,13 +616,41 @@ def _increments(total: Series | None) -> Series | None:
     return out if out.total else None
 
 
+def _short_monotone_growth(mem: Series, p: Mapping[str, float]) -> list[Trend]:
+    """A short memory log (the few lines a report shows) that rises at every point after the first, by twice
+    mem_growth_frac in all: warm-up allocates in one or two jumps and then stays flat, a leak keeps adding."""
+    xs, ys = mem.finite()
+    if len(ys) < p["mem_monotone_points"]:
+        return []
+    wx, wy = xs[1:], ys[1:]
+    if wy[0] <= 0 or not all(b > a for a, b in pairwise(wy)):
+        return []
+    growth = (wy[-1] - wy[0]) / wy[0]
+    if growth < 2 * p["mem_growth_frac"]:
+        return []
+    return [
+        Trend(
+            "mem",
+            "growing",
+            value=round(growth, 4),
+            step=_i(wx[0]),
+            window_start=_i(wx[0]),
+            window_end=_i(wx[-1]),
+            points=len(wy),
+            line=mem.line_at(wx[-1]),
+            note=f"memory grew {growth:.0%} from {wy[0]:g} to {wy[-1]:g} over steps {_i(wx[0])}..{_i(wx[-1])}, "
+            f"rising at every one of its {len(wy)} points",
+        )
+    ]
+
+
 def _growing(mem: Series, p: Mapping[str, float]) -> list[Trend]:
     """Memory that keeps growing after warm-up, over most of the run: the run after warm-up is cut into ten
     stretches, and most stretch-to-stretch steps of their medians rise (a peak-memory counter that creeps up
     in plateaus, or an allocated-memory curve that is noisy step to step, both count), with a large total."""
     xs, ys = mem.finite()
     if len(ys) < p["mem_min_points"]:
-        return []
+        return _short_monotone_growth(mem, p)
     skip = max(1, len(ys) // 10)  # the first steps allocate optimizer state and the caching pools
     wx, wy = xs[skip:], ys[skip:]
     if len(wy) < 2 or wy[0] <= 0:

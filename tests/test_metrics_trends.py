@@ -245,3 +245,15 @@ def test_a_loss_frozen_at_chance_after_a_noisy_start_is_a_plateau() -> None:
     assert "plateau" in got and "chance_level" in got
     # frozen elsewhere than ln(k) after converging stays healthy (a loss printed with few digits)
     assert "plateau" not in _trends(_ss(loss=[3.0 - 0.2 * i for i in range(10)] + [1.0] * 30))
+
+
+def test_a_short_log_all_at_chance_is_chance_level() -> None:
+    assert "chance_level" in _trends(_ss(loss=[0.6932, 0.6931, 0.6931, 0.6930, 0.6931]))
+    # a short healthy start: at ln(10) first, then learning
+    assert "chance_level" not in _trends(_ss(loss=[2.3026, 2.2950, 2.10, 1.80, 1.50]))
+
+
+def test_a_short_memory_log_rising_at_every_point_grows() -> None:
+    assert "growing" in _trends(_ss(mem=[2000.0, 6100.0, 6800.0, 7400.0, 8100.0, 8900.0, 9600.0]))
+    # warm-up jumps, then flat: healthy
+    assert "growing" not in _trends(_ss(mem=[2000.0, 6100.0, 6900.0, 6900.0, 6900.0, 6900.0, 6900.0]))
