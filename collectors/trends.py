@@ -41,6 +41,8 @@ DEFAULTS: dict[str, float] = {
     "overfit_val_rise": 0.05,
     "overfit_min_val_points": 4,
     "overfit_rising_evals": 3,
+    "overfit_train_acc": 0.95,
+    "overfit_acc_gap": 0.2,
     "mem_growth_frac": 0.10,
     "mem_increasing_share": 0.5,
     "mem_min_points": 20,
@@ -125,6 +127,8 @@ def detect(ss: SeriesSet, kb_params: Mapping[str, Any] | None = None) -> list[Tr
     val = ss.get("val_loss")
     if loss is not None and val is not None:
         out += _overfitting(loss, val, p)
+    if not any(t.trend == "overfitting" for t in out):
+        out += _overfitting_acc(ss.get("acc"), ss.get("val_acc"), p)
     out += _loss_scale(
         ss.get("loss_scale"), ss.get("skipped_iters") or _increments(ss.get("skipped_total")), p
     )
@@ -528,6 +532,42 @@ def _overfitting(loss: Series, val: Series, p: Mapping[str, float]) -> list[Tren
             line=val.line_at(vx[-1]),
             note=f"val loss rose {rise:.1%} from its best {vy[lo]:.4g} (step {_i(vx[lo])}) while train "
             f"loss fell {fall:.1%}",
+        )
+    ]
+
+
+def _overfitting_acc(acc: Series | None, val: Series | None, p: Mapping[str, float]) -> list[Trend]:
+    """Training accuracy near perfect while validation accuracy stalls far below it: the model memorises.
+    Percentages are read as fractions. The validation accuracy must have stopped improving (its best came
+    before the last third of its points) so that a run still generalising better is not flagged."""
+    if acc is None or val is None:
+        return []
+    vx, vy = val.finite()
+    _, ay = acc.finite()
+    if len(vy) < p["overfit_min_val_points"] or len(ay) < 2:
+        return []
+    scale_v = 100.0 if max(vy) > 1.5 else 1.0
+    scale_a = 100.0 if max(ay) > 1.5 else 1.0
+    vy = [y / scale_v for y in vy]
+    train_end = _med([y / scale_a for y in ay[-2:]])
+    val_end = _med(vy[-2:])
+    best = max(range(len(vy)), key=lambda i: vy[i])
+    if train_end < p["overfit_train_acc"] or train_end - val_end < p["overfit_acc_gap"]:
+        return []
+    if best >= len(vy) - max(1, len(vy) // 3):
+        return []
+    return [
+        Trend(
+            "val_acc",
+            "overfitting",
+            value=round(train_end - val_end, 4),
+            step=_i(vx[best]),
+            window_start=_i(vx[best]),
+            window_end=_i(vx[-1]),
+            points=len(vy) - best,
+            line=val.line_at(vx[-1]),
+            note=f"train accuracy {train_end:.1%} while validation accuracy stalled at {val_end:.1%} (best "
+            f"{vy[best]:.1%} at step {_i(vx[best])})",
         )
     ]
 

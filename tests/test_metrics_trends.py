@@ -257,3 +257,11 @@ def test_a_short_memory_log_rising_at_every_point_grows() -> None:
     assert "growing" in _trends(_ss(mem=[2000.0, 6100.0, 6800.0, 7400.0, 8100.0, 8900.0, 9600.0]))
     # warm-up jumps, then flat: healthy
     assert "growing" not in _trends(_ss(mem=[2000.0, 6100.0, 6900.0, 6900.0, 6900.0, 6900.0, 6900.0]))
+
+
+def test_overfitting_from_accuracies() -> None:
+    acc = [0.6, 0.75, 0.85, 0.92, 0.96, 0.98, 0.99, 0.995]
+    assert "overfitting" in _trends(_ss(acc=acc, val_acc=[0.58, 0.66, 0.70, 0.71, 0.69, 0.70, 0.68, 0.69]))
+    # a small gap, or validation still improving, is not overfitting
+    assert "overfitting" not in _trends(_ss(acc=acc, val_acc=[0.6, 0.7, 0.8, 0.85, 0.88, 0.9, 0.92, 0.93]))
+    assert "overfitting" not in _trends(_ss(acc=acc, val_acc=[0.3, 0.4, 0.5, 0.55, 0.6, 0.65, 0.7, 0.72]))
