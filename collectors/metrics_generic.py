@@ -48,7 +48,7 @@ _RATE = re.compile(
     r"(?<![\w.])(\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?)\s*"
     # the running average some loggers print between the number and its unit ("5.9 (5.9) Hz") is skipped
     r"(?:\(\s*[\d.]+\s*\)\s*)?"
-    r"(?:(?:tok(?:en)?s?|samples?|examples?|imgs?|images?|seqs?|sequences?|it)/s(?:ec)?\b|Hz\b)",
+    r"(?:(?:tok(?:en)?s?|samples?|examples?|imgs?|images?|seqs?|sequences?|it|iters?)/s(?:ec)?\b|Hz\b)",
     re.I,
 )
 _COUNTER = re.compile(

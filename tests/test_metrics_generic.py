@@ -247,6 +247,7 @@ def test_the_healthy_corpus_covers_every_format() -> None:
         "yolov5",
         "matconvnet",
         "mxnet",
+        "caffe",
     ):
         assert fmt in names, fmt
 
