@@ -668,6 +668,11 @@ def _short_monotone_growth(mem: Series, p: Mapping[str, float]) -> list[Trend]:
     growth = (wy[-1] - wy[0]) / wy[0]
     if growth < 2 * p["mem_growth_frac"]:
         return []
+    # A peak-memory counter meeting ever larger batches rises by less and less (it saturates); a leak keeps
+    # adding about the same amount: the last rises must still be a good part of the average one.
+    incs = [b - a for a, b in pairwise(wy)]
+    if min(incs[-2:]) < 0.3 * (sum(incs) / len(incs)):
+        return []
     return [
         Trend(
             "mem",

@@ -265,3 +265,8 @@ def test_overfitting_from_accuracies() -> None:
     # a small gap, or validation still improving, is not overfitting
     assert "overfitting" not in _trends(_ss(acc=acc, val_acc=[0.6, 0.7, 0.8, 0.85, 0.88, 0.9, 0.92, 0.93]))
     assert "overfitting" not in _trends(_ss(acc=acc, val_acc=[0.3, 0.4, 0.5, 0.55, 0.6, 0.65, 0.7, 0.72]))
+
+
+def test_a_short_saturating_peak_memory_log_is_not_a_leak() -> None:
+    """max_memory_allocated meeting larger batches early on: new peaks, each smaller than the last."""
+    assert "growing" not in _trends(_ss(mem=[3000.0, 3000.0, 3900.0, 4500.0, 4800.0, 4900.0, 4930.0, 4940.0]))
