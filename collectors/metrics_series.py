@@ -138,6 +138,14 @@ _ALIASES: dict[str, tuple[str, ...]] = {
         "mem_gb",
         "memory_allocated_mb",
         "memallocated",
+        # printed straight from the torch calls ("torch.cuda.memory_allocated: 2.1GB")
+        "torch_cuda_memory_allocated",
+        "cuda_memory_allocated",
+        "torch_cuda_max_memory_allocated",
+        "cuda_max_memory_allocated",
+        "max_allocated",
+        "gpu_mem_allocated",
+        "gpu_memory_allocated",
     ),
     "throughput": (
         "throughput",
