@@ -324,11 +324,40 @@ def _nan_precursors(loss: Series | None, lr: Series | None, p: Mapping[str, floa
     return out
 
 
+def _short_blowup(loss: Series, p: Mapping[str, float]) -> list[Trend]:
+    """A short log (a handful of epochs) whose loss climbs at each of its last three points to ten times
+    diverge_rise_factor its minimum: too few points for the window detector, too steep to be noise."""
+    xs, ys = loss.finite()
+    if not 4 <= len(ys) < p["curve_min_points"]:
+        return []
+    lo = min(range(len(ys)), key=lambda i: ys[i])
+    tail = ys[-3:]
+    if lo >= len(ys) - 1 or ys[lo] <= 0 or not all(b > a for a, b in pairwise(tail)):
+        return []
+    rise = ys[-1] / ys[lo]
+    if rise < 10 * p["diverge_rise_factor"]:
+        return []
+    return [
+        Trend(
+            "loss",
+            "rising",
+            value=round(rise, 3),
+            step=_i(xs[lo]),
+            window_start=_i(xs[lo]),
+            window_end=_i(xs[-1]),
+            points=len(ys) - lo,
+            line=loss.line_at(xs[-1]),
+            note=f"loss rose x{rise:.3g} from {ys[lo]:.4g} (step {_i(xs[lo])}) to {ys[-1]:.4g} (step {_i(xs[-1])}), "
+            "climbing at each of its last points (a short log)",
+        )
+    ]
+
+
 def _divergence(loss: Series, grad: Series | None, p: Mapping[str, float]) -> list[Trend]:
     """Loss rising from its minimum to the last finite values, by diverge_rise_factor or more."""
     xs, ys = loss.finite()
     if len(ys) < p["curve_min_points"]:
-        return []
+        return _short_blowup(loss, p)
     lo = min(range(len(ys)), key=lambda i: ys[i])
     tail = ys[-3:]
     if lo >= len(ys) - 3 or ys[lo] <= 0:

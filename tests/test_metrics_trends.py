@@ -270,3 +270,10 @@ def test_overfitting_from_accuracies() -> None:
 def test_a_short_saturating_peak_memory_log_is_not_a_leak() -> None:
     """max_memory_allocated meeting larger batches early on: new peaks, each smaller than the last."""
     assert "growing" not in _trends(_ss(mem=[3000.0, 3000.0, 3900.0, 4500.0, 4800.0, 4900.0, 4930.0, 4940.0]))
+
+
+def test_a_short_log_that_blows_up_is_rising() -> None:
+    assert "rising" in _trends(_ss(loss=[2.30, 2.10, 45.6, 1234.5, 1.2e6]))
+    # a short healthy log, or one noisy step up, is not
+    assert "rising" not in _trends(_ss(loss=[2.30, 2.10, 1.90, 1.85, 1.80]))
+    assert "rising" not in _trends(_ss(loss=[2.30, 2.10, 1.90, 2.40, 1.80]))
