@@ -8,7 +8,8 @@ Named formats stay data in metric_lines.yaml; this reads the rest. A line gives 
 - numbers in scientific notation, with thousands separators (``3,456``), ``nan``/``inf``, and a unit: times
   (``ms``/``us``/``s``) are read in seconds, memory (``KB``..``TB``, ``KiB``..``TiB``, and a bare ``M``/``G`` on a
   memory name) in MiB, ``%`` as the number itself;
-- rates written after the number (``11,000 tok/s``, ``980 samples/s``) as ``throughput``;
+- rates written after the number (``11,000 tok/s``, ``980 samples/s``, ``4.1it/s``, ``5.9 (6.0) Hz``) as
+  ``throughput``;
 - counters (``step``, ``iter``, ``iteration``, ``global_step``, ``num_updates``, ``epoch`` with ``[i/n]`` or
   ``iter i/n``) place the point; a line whose head says ``val``/``eval``/``test`` has its unqualified names read
   as validation metrics.
@@ -29,7 +30,7 @@ from typing import Any
 
 _QUAL = (
     r"(?:train|training|val|valid|validation|eval|test|dev|avg|average|mean|running|max|min|peak|grad|"
-    r"gradient|loss|data|batch|step|iter|lm|total|global|gpu|cuda|elapsed|learning)"
+    r"gradient|loss|data|batch|step|iter|lm|total|global|gpu|cuda|elapsed|learning|epoch)"
 )
 # Prose prints ("average training loss is 2.01", "val loss was 0.9"): the linking verb joins, it is no name.
 _LINK = r"(?:is|was|are|were|now|became)"
@@ -45,13 +46,16 @@ _PAIR = re.compile(
 )
 _RATE = re.compile(
     r"(?<![\w.])(\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?)\s*"
-    r"(?:tok(?:en)?s?|samples?|examples?|imgs?|images?|seqs?|sequences?)/s(?:ec)?\b",
+    # the running average some loggers print between the number and its unit ("5.9 (5.9) Hz") is skipped
+    r"(?:\(\s*[\d.]+\s*\)\s*)?"
+    r"(?:(?:tok(?:en)?s?|samples?|examples?|imgs?|images?|seqs?|sequences?|it|iters?)/s(?:ec)?\b|Hz\b)",
     re.I,
 )
 _COUNTER = re.compile(
     r"(?<![\w.])(?P<kind>global[_ ]step|num_updates|iteration|iter|step|epoch|update)s?(?![\w])"
     r"\s*(?:[:=#]\s*|\s+)?[\[(]?\s*(?P<n>\d{1,3}(?:,\d{3})+|\d+)(?:\s*/\s*(?P<of>\d+))?\s*[\])]?"
-    r"(?:\s*\[\s*(?P<b>\d+)\s*/\s*(?P<bs>\d+)\s*\])?",
+    # the batch within the epoch: "Epoch: [3][ 100/500]" or matconvnet's "epoch 03: 100/1112:"
+    r"(?:(?:\s*\[\s*|:\s+)(?P<b>\d+)\s*/\s*(?P<bs>\d+)\s*\]?)?",
     re.I,
 )
 # Counter words, any case: a cheap test before the counter regex (most lines of a long log have none).
@@ -149,7 +153,7 @@ def _analyse(text: str) -> tuple[dict[str, tuple[_Span, ...]], list[tuple[_Span,
         names.add(name)
         head_end = m.start() if head_end < 0 else head_end
         pairs.append((m.span("name"), m.span("num"), m.group("unit") or ""))
-    if "/s" in text and "throughput" not in names:
+    if ("/s" in text or "Hz" in text) and "throughput" not in names:
         rate = _RATE.search(text)
         if rate is not None:
             pairs.append((none, rate.span(1), ""))

@@ -47,6 +47,12 @@ _COLON_PAIR = re.compile(
     r"(?:^|\s)([A-Za-z][A-Za-z0-9_/]*(?: [a-z][a-z0-9_]*)?):\s+(" + _NUMBER + r")s?(?=[\s,(]|$)"
 )
 _RATE = re.compile(r",\s*(\d+(?:\.\d+)?)/s\b")
+# Ultralytics YOLO epoch lines (YOLOv5 to YOLO11): "  3/299  5.61G  0.0552  0.0348  0.019  87  640: 100%|..|
+# 469/469 [02:59<00:00, 2.62it/s]" under a header "Epoch GPU_mem box_loss obj_loss cls_loss Instances Size":
+# the memory in G, two to four loss columns, then instances and image size; tqdm's rate (it/s, or s/it when
+# slower than one iteration a second).
+_YOLO = re.compile(r"^\s*\d+/\d+\s+(?P<mem>[0-9.]+)G\s+(?P<losses>(?:[0-9.]+\s+){2,4})\d+\s+\d+\b")
+_TQDM_RATE = re.compile(r"(\d+(?:\.\d+)?)(it/s|s/it)\]")
 _POSTFIX = re.compile(r"([A-Za-z][A-Za-z0-9_/.]{0,80})=(" + _NUMBER + r")(?=[,\]\s]|$)")
 _KV = re.compile(r"([A-Za-z][A-Za-z0-9_]{0,80})=(" + _NUMBER + r")(?:[KMGT]i?B|ms|s)?(?=[,\s]|$)")
 _LOOSE = re.compile(r"([A-Za-z][A-Za-z0-9_/.]{0,80})\s*(?:[:=]\s*|\s+)(" + _NUMBER + r")(?![\w.])")
@@ -130,6 +136,21 @@ def parse_record(mode: str, text: str) -> dict[str, float]:
         pairs = _KV.findall(text)
     elif mode == "generic":
         return parse_generic(text)[0]
+    elif mode == "bare_loss":
+        value = to_float(text.rsplit(":", 1)[-1].strip())
+        if value is not None:
+            out["loss"] = value
+        return out
+    elif mode == "yolo_columns":
+        m = _YOLO.match(text)
+        if m is None:
+            return out
+        out["mem"] = float(m.group("mem")) * 1024.0  # G -> MiB
+        out["loss"] = sum(float(v) for v in m.group("losses").split())
+        r = _TQDM_RATE.search(text)
+        if r is not None and float(r.group(1)) > 0:
+            out["throughput"] = float(r.group(1)) if r.group(2) == "it/s" else 1.0 / float(r.group(1))
+        return out
     elif mode == "timer":
         pairs = _TIMER.findall(text)
     elif mode == "simple_profiler":

@@ -39,6 +39,9 @@ _ALIASES: dict[str, tuple[str, ...]] = {
         "loss_step",
         "total_loss",
         "objective_loss",
+        "objective",  # matconvnet's cnn_train
+        "epoch_loss",  # Keras' TensorBoard scalar; "epoch loss 0.31" (an epoch's time stays apart from a step's)
+        "cross_entropy",  # MXNet's CrossEntropy metric
         "avg_loss",
         "average_loss",
         "mean_loss",
@@ -56,6 +59,30 @@ _ALIASES: dict[str, tuple[str, ...]] = {
         "validation_lm_loss",
         "val_lm_loss",
         "test_loss",
+        "val_objective",
+    ),
+    # accuracies: overfitting is also read from a train/validation accuracy gap (collectors/trends.py)
+    "acc": (
+        "acc",
+        "accuracy",
+        "train_acc",
+        "train_accuracy",
+        "categorical_accuracy",
+        "sparse_categorical_accuracy",
+    ),
+    "val_acc": (
+        "val_acc",
+        "val_accuracy",
+        "eval_accuracy",
+        "eval_acc",
+        "valid_acc",
+        "valid_accuracy",
+        "validation_accuracy",
+        "validation_acc",
+        "test_acc",
+        "test_accuracy",
+        "val_categorical_accuracy",
+        "val_sparse_categorical_accuracy",
     ),
     "grad_norm": (
         "grad_norm",
@@ -111,6 +138,14 @@ _ALIASES: dict[str, tuple[str, ...]] = {
         "mem_gb",
         "memory_allocated_mb",
         "memallocated",
+        # printed straight from the torch calls ("torch.cuda.memory_allocated: 2.1GB")
+        "torch_cuda_memory_allocated",
+        "cuda_memory_allocated",
+        "torch_cuda_max_memory_allocated",
+        "cuda_max_memory_allocated",
+        "max_allocated",
+        "gpu_mem_allocated",
+        "gpu_memory_allocated",
     ),
     "throughput": (
         "throughput",
@@ -122,6 +157,7 @@ _ALIASES: dict[str, tuple[str, ...]] = {
         "tokens_per_second",
         "tok_s",
         "it_s",
+        "speed",  # MXNet's Speedometer ("Speed: 2015.42 samples/sec")
         "train_samples_per_second",
         "rate",
         "currsamplespersec",

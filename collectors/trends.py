@@ -27,23 +27,31 @@ DEFAULTS: dict[str, float] = {
     "curve_min_points": 8,
     "nan_first_points": 0,
     "nan_sudden_min_points": 3,
+    "nan_rise_factor": 1.5,
+    "nan_lr_rising_points": 5,
     "diverge_rise_factor": 3.0,
     "diverge_grad_factor": 2.0,
     "spike_factor": 4.0,
     "plateau_rel_range": 0.03,
     "plateau_min_drop": 0.05,
     "stuck_rel_tol": 0.02,
+    "frozen_rel_range": 0.001,
     "chance_abs_tol": 0.01,
+    "chance_min_points": 5,
     "overfit_val_rise": 0.05,
     "overfit_min_val_points": 4,
     "overfit_rising_evals": 3,
+    "overfit_train_acc": 0.95,
+    "overfit_acc_gap": 0.2,
     "mem_growth_frac": 0.10,
     "mem_increasing_share": 0.5,
     "mem_min_points": 20,
     "mem_rising_stretches": 0.7,
+    "mem_monotone_points": 6,
     "throughput_drop_frac": 0.3,
     "throughput_decay_stretches": 0.6,
     "throughput_decay_step": 0.02,
+    "throughput_decay_min_drop": 0.15,
     "data_wait_share": 0.4,
     "skipped_steps_min": 10,
     "loss_scale_collapse_factor": 256.0,
@@ -111,6 +119,7 @@ def detect(ss: SeriesSet, kb_params: Mapping[str, Any] | None = None) -> list[Tr
         s = ss.get(name)
         if s is not None and s.nan_onset is not None:
             out.append(_nan_onset(s, p))
+            out += _inf_from_start(s, p)
     if loss is not None:
         out += _divergence(loss, ss.get("grad_norm"), p)
         out += _spike(loss, p)
@@ -118,9 +127,12 @@ def detect(ss: SeriesSet, kb_params: Mapping[str, Any] | None = None) -> list[Tr
     val = ss.get("val_loss")
     if loss is not None and val is not None:
         out += _overfitting(loss, val, p)
+    if not any(t.trend == "overfitting" for t in out):
+        out += _overfitting_acc(ss.get("acc"), ss.get("val_acc"), p)
     out += _loss_scale(
         ss.get("loss_scale"), ss.get("skipped_iters") or _increments(ss.get("skipped_total")), p
     )
+    out += _nan_precursors(loss, ss.get("lr"), p)
     out += _nan_sudden(loss, out, p)
     mem = ss.get("mem")
     if mem is not None:
@@ -198,6 +210,29 @@ def _nan_onset(s: Series, p: Mapping[str, float]) -> Trend:
     )
 
 
+def _inf_from_start(s: Series, p: Mapping[str, float]) -> list[Trend]:
+    """An infinite (not NaN) loss at the first logged point: an overflow or a singularity in the forward pass
+    or the loss (exp of large logits, log(0), a division by zero). NaN inputs propagate as NaN, so an inf
+    first points at the computation rather than at the data."""
+    assert s.nan_onset is not None
+    step, value, line = s.nan_onset
+    if s.name != "loss" or not math.isinf(value) or s.finite_before_nan > p["nan_first_points"]:
+        return []
+    return [
+        Trend(
+            "loss",
+            "inf_from_start",
+            step=_i(step),
+            window_start=_i(step),
+            window_end=_i(step),
+            points=0,
+            line=line,
+            note=f"the first logged loss is {value} (infinite, not NaN) at step {_i(step)}: an overflow or a "
+            "log/division at zero in the forward pass or the loss",
+        )
+    ]
+
+
 def _nan_sudden(loss: Series | None, found: Sequence[Trend], p: Mapping[str, float]) -> list[Trend]:
     """A NaN after a healthy stretch with nothing leading up to it (no rise, no grad growth, no loss-scale
     collapse): the signature of one bad batch rather than of the optimizer or of reduced precision."""
@@ -205,7 +240,14 @@ def _nan_sudden(loss: Series | None, found: Sequence[Trend], p: Mapping[str, flo
         return []
     if loss.finite_before_nan < p["nan_sudden_min_points"]:
         return []
-    precursors = {"diverging", "rising", "loss_scale_collapse", "skipped_steps"}
+    precursors = {
+        "diverging",
+        "rising",
+        "loss_scale_collapse",
+        "skipped_steps",
+        "nan_after_rise",
+        "nan_lr_rising",
+    }
     if any(t.trend in precursors for t in found):
         return []
     step, value, line = loss.nan_onset
@@ -228,11 +270,94 @@ def _nan_sudden(loss: Series | None, found: Sequence[Trend], p: Mapping[str, flo
     ]
 
 
+def _nan_precursors(loss: Series | None, lr: Series | None, p: Mapping[str, float]) -> list[Trend]:
+    """What led up to a NaN that came after a finite stretch. Two build-ups point at the optimizer rather than
+    at one bad batch: the loss climbing over its last finite points (by nan_rise_factor over the lowest of the
+    20 before them: the blow-up started before the NaN, smaller than a full divergence), and a learning rate
+    still rising at the onset (a warm-up or a schedule pushing the step size past what the model takes)."""
+    if loss is None or loss.nan_onset is None or loss.finite_before_nan < p["nan_sudden_min_points"]:
+        return []
+    step, _, line = loss.nan_onset
+    xs, ys = loss.finite()
+    pre = [(x, y) for x, y in zip(xs, ys, strict=False) if x < step]
+    out: list[Trend] = []
+    if len(pre) >= 6:
+        tail = [y for _, y in pre[-3:]]
+        ref = [y for _, y in pre[-23:-3]]
+        lo = min(ref)
+        rise = _med(tail) / lo if lo > 0 else 0.0
+        if rise >= p["nan_rise_factor"] and tail[-1] >= tail[0]:
+            out.append(
+                Trend(
+                    "loss",
+                    "nan_after_rise",
+                    value=round(rise, 3),
+                    step=_i(step),
+                    window_start=_i(pre[-23:][0][0]),
+                    window_end=_i(step),
+                    points=len(pre[-23:]),
+                    line=line,
+                    note=f"loss climbed x{rise:.3g} (from {lo:.4g} to {_med(tail):.4g}) over its last finite "
+                    f"points, then turned non-finite at step {_i(step)}",
+                )
+            )
+    if lr is not None:
+        lx, ly = lr.finite()
+        k = int(p["nan_lr_rising_points"])
+        seq = [(x, y) for x, y in zip(lx, ly, strict=False) if x <= step][-k:]
+        vals = [y for _, y in seq]
+        if len(vals) >= k and vals[-1] > vals[0] > 0 and all(b >= a for a, b in pairwise(vals)):
+            out.append(
+                Trend(
+                    "lr",
+                    "nan_lr_rising",
+                    value=vals[-1],
+                    step=_i(step),
+                    window_start=_i(seq[0][0]),
+                    window_end=_i(step),
+                    points=len(vals),
+                    line=line,
+                    note=f"the learning rate was still rising ({vals[0]:.4g} -> {vals[-1]:.4g} over the last "
+                    f"{len(vals)} points: a warm-up or schedule) when the loss turned non-finite at step {_i(step)}",
+                )
+            )
+    return out
+
+
+def _short_blowup(loss: Series, p: Mapping[str, float]) -> list[Trend]:
+    """A short log (a handful of epochs) whose loss climbs at each of its last three points to ten times
+    diverge_rise_factor its minimum: too few points for the window detector, too steep to be noise."""
+    xs, ys = loss.finite()
+    if not 4 <= len(ys) < p["curve_min_points"]:
+        return []
+    lo = min(range(len(ys)), key=lambda i: ys[i])
+    tail = ys[-3:]
+    if lo >= len(ys) - 1 or ys[lo] <= 0 or not all(b > a for a, b in pairwise(tail)):
+        return []
+    rise = ys[-1] / ys[lo]
+    if rise < 10 * p["diverge_rise_factor"]:
+        return []
+    return [
+        Trend(
+            "loss",
+            "rising",
+            value=round(rise, 3),
+            step=_i(xs[lo]),
+            window_start=_i(xs[lo]),
+            window_end=_i(xs[-1]),
+            points=len(ys) - lo,
+            line=loss.line_at(xs[-1]),
+            note=f"loss rose x{rise:.3g} from {ys[lo]:.4g} (step {_i(xs[lo])}) to {ys[-1]:.4g} (step {_i(xs[-1])}), "
+            "climbing at each of its last points (a short log)",
+        )
+    ]
+
+
 def _divergence(loss: Series, grad: Series | None, p: Mapping[str, float]) -> list[Trend]:
     """Loss rising from its minimum to the last finite values, by diverge_rise_factor or more."""
     xs, ys = loss.finite()
     if len(ys) < p["curve_min_points"]:
-        return []
+        return _short_blowup(loss, p)
     lo = min(range(len(ys)), key=lambda i: ys[i])
     tail = ys[-3:]
     if lo >= len(ys) - 3 or ys[lo] <= 0:
@@ -310,11 +435,38 @@ def _spike(loss: Series, p: Mapping[str, float]) -> list[Trend]:
     ]
 
 
+def _short_chance(loss: Series, p: Mapping[str, float]) -> list[Trend]:
+    """A short log (fewer points than a window trend needs) whose every point sits at ln(k): a handful of
+    epochs all at a uniform guess's cross-entropy is the commonest "my loss does not change" report."""
+    xs, ys = loss.finite()
+    if not p["chance_min_points"] <= len(ys) < p["curve_min_points"] or loss.nan_onset is not None:
+        return []
+    level = _med(ys)
+    k = chance_classes(level, p["chance_abs_tol"])
+    if k is None or any(abs(y - math.log(k)) > p["chance_abs_tol"] for y in ys):
+        return []
+    ws, we = _i(xs[0]), _i(xs[-1])
+    return [
+        Trend(
+            "loss",
+            "chance_level",
+            value=round(math.log(k), 6),
+            step=ws,
+            window_start=ws,
+            window_end=we,
+            points=len(ys),
+            line=loss.line_at(xs[-1]),
+            note=f"every logged loss ({len(ys)} points) is ln({k}) = {math.log(k):.4f}: the chance level of a "
+            f"uniform guess over {k} classes (the model predicts nothing)",
+        )
+    ]
+
+
 def _plateau(loss: Series, p: Mapping[str, float]) -> list[Trend]:
     """Flat over the last half and never better than at the start: the run is not learning."""
     xs, ys = loss.finite()
     if len(ys) < p["curve_min_points"] or loss.nan_onset is not None:
-        return []
+        return _short_chance(loss, p)
     half = ys[len(ys) // 2 :]
     head = ys[: max(3, len(ys) // 10)]
     level = _med(half)
@@ -329,10 +481,17 @@ def _plateau(loss: Series, p: Mapping[str, float]) -> list[Trend]:
     best = min(_med(first[i : i + tenth]) for i in range(0, len(first), tenth)) if first else level
     if best < level - abs(level) * p["plateau_min_drop"]:
         return []
-    flat = spread <= p["plateau_rel_range"] and drop < p["plateau_min_drop"]
+    # Frozen at chance: the same value to the printed digits at every point of the last half, and that value
+    # is ln(k). Batch noise moves a learning model's loss step to step; a loss frozen at a uniform guess's
+    # cross-entropy means outputs that no longer change (saturated units, dead activations), however much it
+    # moved before freezing. (A converged loss printed with few digits can be frozen too, but not at ln(k).)
+    frozen = spread <= p["frozen_rel_range"]
+    chance = chance_classes(level, p["chance_abs_tol"])
+    frozen_at_chance = frozen and chance is not None
+    flat = spread <= p["plateau_rel_range"] and (drop < p["plateau_min_drop"] or frozen_at_chance)
     # Stuck at its initial value: however noisy, the loss ends where it began (neither better nor worse).
     stuck = abs(drop) <= p["stuck_rel_tol"]
-    k = chance_classes(level, p["chance_abs_tol"]) if drop < p["plateau_min_drop"] else None
+    k = chance if drop < p["plateau_min_drop"] or frozen_at_chance else None
     if not flat and not stuck and k is None:
         return []
     ws, we = _i(xs[len(ys) // 2]), _i(xs[-1])
@@ -346,7 +505,7 @@ def _plateau(loss: Series, p: Mapping[str, float]) -> list[Trend]:
             window_end=we,
             points=len(half),
             line=loss.line_at(xs[-1]),
-            note=f"loss {'flat' if flat else 'stuck'} at {level:.4g} over steps {ws}..{we} (spread "
+            note=f"loss {'frozen' if frozen_at_chance else 'flat' if flat else 'stuck'} at {level:.4g} over steps {ws}..{we} (spread "
             f"{spread:.1%}, improved {drop:.1%} since the start)",
         )
     ]
@@ -402,6 +561,42 @@ def _overfitting(loss: Series, val: Series, p: Mapping[str, float]) -> list[Tren
             line=val.line_at(vx[-1]),
             note=f"val loss rose {rise:.1%} from its best {vy[lo]:.4g} (step {_i(vx[lo])}) while train "
             f"loss fell {fall:.1%}",
+        )
+    ]
+
+
+def _overfitting_acc(acc: Series | None, val: Series | None, p: Mapping[str, float]) -> list[Trend]:
+    """Training accuracy near perfect while validation accuracy stalls far below it: the model memorises.
+    Percentages are read as fractions. The validation accuracy must have stopped improving (its best came
+    before the last third of its points) so that a run still generalising better is not flagged."""
+    if acc is None or val is None:
+        return []
+    vx, vy = val.finite()
+    _, ay = acc.finite()
+    if len(vy) < p["overfit_min_val_points"] or len(ay) < 2:
+        return []
+    scale_v = 100.0 if max(vy) > 1.5 else 1.0
+    scale_a = 100.0 if max(ay) > 1.5 else 1.0
+    vy = [y / scale_v for y in vy]
+    train_end = _med([y / scale_a for y in ay[-2:]])
+    val_end = _med(vy[-2:])
+    best = max(range(len(vy)), key=lambda i: vy[i])
+    if train_end < p["overfit_train_acc"] or train_end - val_end < p["overfit_acc_gap"]:
+        return []
+    if best >= len(vy) - max(1, len(vy) // 3):
+        return []
+    return [
+        Trend(
+            "val_acc",
+            "overfitting",
+            value=round(train_end - val_end, 4),
+            step=_i(vx[best]),
+            window_start=_i(vx[best]),
+            window_end=_i(vx[-1]),
+            points=len(vy) - best,
+            line=val.line_at(vx[-1]),
+            note=f"train accuracy {train_end:.1%} while validation accuracy stalled at {val_end:.1%} (best "
+            f"{vy[best]:.1%} at step {_i(vx[best])})",
         )
     ]
 
@@ -490,13 +685,46 @@ def _increments(total: Series | None) -> Series | None:
     return out if out.total else None
 
 
+def _short_monotone_growth(mem: Series, p: Mapping[str, float]) -> list[Trend]:
+    """A short memory log (the few lines a report shows) that rises at every point after the first, by twice
+    mem_growth_frac in all: warm-up allocates in one or two jumps and then stays flat, a leak keeps adding."""
+    xs, ys = mem.finite()
+    if len(ys) < p["mem_monotone_points"]:
+        return []
+    wx, wy = xs[1:], ys[1:]
+    if wy[0] <= 0 or not all(b > a for a, b in pairwise(wy)):
+        return []
+    growth = (wy[-1] - wy[0]) / wy[0]
+    if growth < 2 * p["mem_growth_frac"]:
+        return []
+    # A peak-memory counter meeting ever larger batches rises by less and less (it saturates); a leak keeps
+    # adding about the same amount: the last rises must still be a good part of the average one.
+    incs = [b - a for a, b in pairwise(wy)]
+    if min(incs[-2:]) < 0.3 * (sum(incs) / len(incs)):
+        return []
+    return [
+        Trend(
+            "mem",
+            "growing",
+            value=round(growth, 4),
+            step=_i(wx[0]),
+            window_start=_i(wx[0]),
+            window_end=_i(wx[-1]),
+            points=len(wy),
+            line=mem.line_at(wx[-1]),
+            note=f"memory grew {growth:.0%} from {wy[0]:g} to {wy[-1]:g} over steps {_i(wx[0])}..{_i(wx[-1])}, "
+            f"rising at every one of its {len(wy)} points",
+        )
+    ]
+
+
 def _growing(mem: Series, p: Mapping[str, float]) -> list[Trend]:
     """Memory that keeps growing after warm-up, over most of the run: the run after warm-up is cut into ten
     stretches, and most stretch-to-stretch steps of their medians rise (a peak-memory counter that creeps up
     in plateaus, or an allocated-memory curve that is noisy step to step, both count), with a large total."""
     xs, ys = mem.finite()
     if len(ys) < p["mem_min_points"]:
-        return []
+        return _short_monotone_growth(mem, p)
     skip = max(1, len(ys) // 10)  # the first steps allocate optimizer state and the caching pools
     wx, wy = xs[skip:], ys[skip:]
     if len(wy) < 2 or wy[0] <= 0:
@@ -546,11 +774,13 @@ def _throughput(tp: Series | None, st: Series | None, p: Mapping[str, float]) ->
     if not early or early <= 0:
         return []
     drop = 1.0 - late / early
+    # A steady slide is telling at a smaller size than a step down (a throttling GPU loses 15-30%).
+    slide = _throughput_decay(xs, ys, drop, src, line_of, p) if drop >= p["throughput_decay_min_drop"] else []
     if drop < p["throughput_drop_frac"]:
-        return []
+        return slide
     ws = _i(xs[len(ys) - q])
     return [
-        *_throughput_decay(xs, ys, drop, src, line_of, p),
+        *slide,
         Trend(
             "throughput",
             "throughput_drop",

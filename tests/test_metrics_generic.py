@@ -244,6 +244,10 @@ def test_the_healthy_corpus_covers_every_format() -> None:
         "pytorch_examples",
         "torchtitan",
         "plain_prints",
+        "yolov5",
+        "matconvnet",
+        "mxnet",
+        "caffe",
     ):
         assert fmt in names, fmt
 
@@ -331,3 +335,33 @@ def test_dataloader_wait_lines_and_token_throughput(diagnose_files: Callable[...
         for s in range(10, 400, 10)
     )
     assert [t.trend for t in detect(parse_text_lines(slowing)) if t.trend == "throughput_drop"]
+
+
+@pytest.mark.parametrize(
+    ("line", "want"),
+    [
+        # an epoch's time is not a step's time (it would read as a 100x slower step)
+        ("Epoch 3 | epoch time 44.6s | loss 0.3012", {"epoch time": 44.6, "loss": 0.3012}),
+        # matconvnet: "epoch NN: i/n:" places the point, "rate (avg) Hz" is the throughput
+        (
+            "train: epoch 02: 600/1112: 5.4 (5.3) Hz objective: 0.752",
+            {"objective": 0.752, "throughput": 5.4},
+        ),
+        (
+            "Epoch 1:  40%|####   | 200/500 [00:50<01:15,  4.12it/s]  loss 0.41",
+            {"loss": 0.41, "throughput": 4.12},
+        ),
+    ],
+)
+def test_generic_reader_rates_and_epoch_names(line: str, want: dict[str, float]) -> None:
+    from mldebug_rules.collectors.metrics_generic import parse_generic
+
+    assert parse_generic(line)[0] == want
+
+
+def test_matconvnet_epoch_batch_counter_places_the_point() -> None:
+    from mldebug_rules.collectors.metrics_generic import parse_generic
+
+    assert parse_generic("train: epoch 02: 600/1112: 5.4 (5.3) Hz objective: 0.752")[1] == {
+        "x": 2 * 1112 + 600
+    }

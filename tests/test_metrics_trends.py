@@ -237,3 +237,43 @@ def test_the_docs_threshold_table_is_the_curves_pack_params() -> None:
     assert set(rows) == set(params), set(rows) ^ set(params)
     for name, spec in params.items():
         assert rows[name] == (float(spec["default"]), spec["description"].strip()), name
+
+
+def test_a_loss_frozen_at_chance_after_a_noisy_start_is_a_plateau() -> None:
+    """Frozen to the printed digits at ln(2) after moving: the outputs no longer change (saturated units)."""
+    got = _trends(_ss(loss=[0.69, 1.9, 4.0, 0.88, 7.3, 2.7, 0.99, 0.70] + [0.6931] * 24))
+    assert "plateau" in got and "chance_level" in got
+    # frozen elsewhere than ln(k) after converging stays healthy (a loss printed with few digits)
+    assert "plateau" not in _trends(_ss(loss=[3.0 - 0.2 * i for i in range(10)] + [1.0] * 30))
+
+
+def test_a_short_log_all_at_chance_is_chance_level() -> None:
+    assert "chance_level" in _trends(_ss(loss=[0.6932, 0.6931, 0.6931, 0.6930, 0.6931]))
+    # a short healthy start: at ln(10) first, then learning
+    assert "chance_level" not in _trends(_ss(loss=[2.3026, 2.2950, 2.10, 1.80, 1.50]))
+
+
+def test_a_short_memory_log_rising_at_every_point_grows() -> None:
+    assert "growing" in _trends(_ss(mem=[2000.0, 6100.0, 6800.0, 7400.0, 8100.0, 8900.0, 9600.0]))
+    # warm-up jumps, then flat: healthy
+    assert "growing" not in _trends(_ss(mem=[2000.0, 6100.0, 6900.0, 6900.0, 6900.0, 6900.0, 6900.0]))
+
+
+def test_overfitting_from_accuracies() -> None:
+    acc = [0.6, 0.75, 0.85, 0.92, 0.96, 0.98, 0.99, 0.995]
+    assert "overfitting" in _trends(_ss(acc=acc, val_acc=[0.58, 0.66, 0.70, 0.71, 0.69, 0.70, 0.68, 0.69]))
+    # a small gap, or validation still improving, is not overfitting
+    assert "overfitting" not in _trends(_ss(acc=acc, val_acc=[0.6, 0.7, 0.8, 0.85, 0.88, 0.9, 0.92, 0.93]))
+    assert "overfitting" not in _trends(_ss(acc=acc, val_acc=[0.3, 0.4, 0.5, 0.55, 0.6, 0.65, 0.7, 0.72]))
+
+
+def test_a_short_saturating_peak_memory_log_is_not_a_leak() -> None:
+    """max_memory_allocated meeting larger batches early on: new peaks, each smaller than the last."""
+    assert "growing" not in _trends(_ss(mem=[3000.0, 3000.0, 3900.0, 4500.0, 4800.0, 4900.0, 4930.0, 4940.0]))
+
+
+def test_a_short_log_that_blows_up_is_rising() -> None:
+    assert "rising" in _trends(_ss(loss=[2.30, 2.10, 45.6, 1234.5, 1.2e6]))
+    # a short healthy log, or one noisy step up, is not
+    assert "rising" not in _trends(_ss(loss=[2.30, 2.10, 1.90, 1.85, 1.80]))
+    assert "rising" not in _trends(_ss(loss=[2.30, 2.10, 1.90, 2.40, 1.80]))
