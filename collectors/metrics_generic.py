@@ -171,7 +171,9 @@ def _counter_int(raw: str) -> int:
     return int(raw) if raw.isdigit() else int(float(raw))
 
 
-def _parse_slow(text: str) -> tuple[dict[str, float], dict[str, float]]:
+def parse_slow(text: str) -> tuple[dict[str, float], dict[str, float]]:
+    """(counters, values) of one line, analysed from scratch: the reference the plan cache's replay must agree
+    with (the tests compare the two on every fixture line)."""
     if "\x1b" in text:
         text = _ANSI.sub("  ", text)
     counters, pairs, val = _analyse(text)
@@ -208,7 +210,7 @@ def _finish(
 # token boundaries ("loss 2." read as "2.") is not cached: its lines are read the slow way.
 _TOKEN = re.compile(r"(\d(?:[\d.,]*\d)?(?:[eE][-+]?\d+)?)")
 _THOUSANDS = re.compile(r"\d{1,3}(?:,\d{3})+(?:\.\d+)?(?:[eE][-+]?\d+)?")
-_PLANS: dict[str, Any] = {}
+PLANS: dict[str, Any] = {}  # template -> plan (or _UNCACHEABLE); public so tests can see what was cached
 _MAX_PLANS = 4096
 _UNCACHEABLE = object()
 # A name: literal text pieces and token indices ("Acc@1" -> ("Acc@", 0)).
@@ -285,19 +287,19 @@ def parse_generic(text: str) -> tuple[dict[str, float], dict[str, float]]:
         text = _ANSI.sub("  ", text)
     parts = _TOKEN.split(text)
     template = "\0".join(parts[0::2])
-    plan = _PLANS.get(template)
+    plan = PLANS.get(template)
     if plan is None:
-        if len(_PLANS) >= _MAX_PLANS:
-            _PLANS.clear()
-        plan = _PLANS[template] = _plan(text, parts)
+        if len(PLANS) >= _MAX_PLANS:
+            PLANS.clear()
+        plan = PLANS[template] = _plan(text, parts)
     if plan is _UNCACHEABLE:
-        return _parse_slow(text)
+        return parse_slow(text)
     try:
         return _replay(plan, parts[1::2])
     except (
         ValueError
     ):  # a token the template's first line did not have ("1.2.3" where "5" was): read it slowly
-        return _parse_slow(text)
+        return parse_slow(text)
 
 
 def _replay(plan: Any, tokens: list[str]) -> tuple[dict[str, float], dict[str, float]]:

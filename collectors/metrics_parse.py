@@ -38,13 +38,13 @@ CHUNK = 1 << 20
 # skipped, with an issue. 64 MiB holds a million log_history entries.
 MAX_STRUCTURED_BYTES = 64 << 20
 MAX_RECORD_BYTES = 1 << 20  # one metrics.jsonl / metrics.csv line; a longer one is skipped unread
-_NUMBER = r"[-+]?(?:nan|NaN|NAN|inf|Inf|INF|Infinity|infinity|(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)"
-_HF_PAIR = re.compile(r"'([^']{1,100})':\s*(" + _NUMBER + r")(?=[,}\s])")
+NUMBER = r"[-+]?(?:nan|NaN|NAN|inf|Inf|INF|Infinity|infinity|(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)"
+_HF_PAIR = re.compile(r"'([^']{1,100})':\s*(" + NUMBER + r")(?=[,}\s])")
 # One findall over the line instead of a split and a match per cell: a cell is what lies between two pipes
 # (or the last pipe and the line end), so the pair must start right after a pipe and end at the next one.
-_PIPE_PAIR = re.compile(r"\|\s*([A-Za-z][A-Za-z0-9 _()/.-]{0,80}?)\s*:\s*(" + _NUMBER + r")\s*(?=\||$)")
+_PIPE_PAIR = re.compile(r"\|\s*([A-Za-z][A-Za-z0-9 _()/.-]{0,80}?)\s*:\s*(" + NUMBER + r")\s*(?=\||$)")
 _COLON_PAIR = re.compile(
-    r"(?:^|\s)([A-Za-z][A-Za-z0-9_/]*(?: [a-z][a-z0-9_]*)?):\s+(" + _NUMBER + r")s?(?=[\s,(]|$)"
+    r"(?:^|\s)([A-Za-z][A-Za-z0-9_/]*(?: [a-z][a-z0-9_]*)?):\s+(" + NUMBER + r")s?(?=[\s,(]|$)"
 )
 _RATE = re.compile(r",\s*(\d+(?:\.\d+)?)/s\b")
 # Ultralytics YOLO epoch lines (YOLOv5 to YOLO11): "  3/299  5.61G  0.0552  0.0348  0.019  87  640: 100%|..|
@@ -53,9 +53,9 @@ _RATE = re.compile(r",\s*(\d+(?:\.\d+)?)/s\b")
 # slower than one iteration a second).
 _YOLO = re.compile(r"^\s*\d+/\d+\s+(?P<mem>[0-9.]+)G\s+(?P<losses>(?:[0-9.]+\s+){2,4})\d+\s+\d+\b")
 _TQDM_RATE = re.compile(r"(\d+(?:\.\d+)?)(it/s|s/it)\]")
-_POSTFIX = re.compile(r"([A-Za-z][A-Za-z0-9_/.]{0,80})=(" + _NUMBER + r")(?=[,\]\s]|$)")
-_KV = re.compile(r"([A-Za-z][A-Za-z0-9_]{0,80})=(" + _NUMBER + r")(?:[KMGT]i?B|ms|s)?(?=[,\s]|$)")
-_LOOSE = re.compile(r"([A-Za-z][A-Za-z0-9_/.]{0,80})\s*(?:[:=]\s*|\s+)(" + _NUMBER + r")(?![\w.])")
+_POSTFIX = re.compile(r"([A-Za-z][A-Za-z0-9_/.]{0,80})=(" + NUMBER + r")(?=[,\]\s]|$)")
+_KV = re.compile(r"([A-Za-z][A-Za-z0-9_]{0,80})=(" + NUMBER + r")(?:[KMGT]i?B|ms|s)?(?=[,\s]|$)")
+_LOOSE = re.compile(r"([A-Za-z][A-Za-z0-9_/.]{0,80})\s*(?:[:=]\s*|\s+)(" + NUMBER + r")(?![\w.])")
 # Megatron's timers (`--timing-log-level`): "    batch-generator ......: (25.85, 30.42)" (min, max across ranks).
 _TIMER = re.compile(r"^\s*([a-z][a-z-]+) \.+: \([-\d.]+, ([-\d.]+)\)")
 # Lightning SimpleProfiler rows: "|  [_TrainingEpochLoop].train_dataloader_next  |  0.05  |  600  |  30.0  |  66.4  |"
@@ -67,7 +67,7 @@ _SIMPLE_PROFILER = re.compile(
 # the profiled time spent fetching batches.
 _TORCH_PROFILER = re.compile(r"^(enumerate\(DataLoader\))\S*\s+[\d.]+%\s+\S+\s+([\d.]+)%")
 _BARE_NONFINITE = re.compile(rb'(?<![\w"])(-?)(nan|NaN|inf|Inf|infinity|Infinity)(?![\w"])')
-_SKIP_KEYS = frozenset(
+SKIP_KEYS = frozenset(
     {
         "step",
         "epoch",
@@ -88,7 +88,8 @@ _SKIP_KEYS = frozenset(
 )
 
 
-_STOP_RANK = {"early_stopping": 3, "max_steps": 2, "completed": 1}
+# Which stop reason wins when a log says more than one (the most specific one).
+STOP_RANK = {"early_stopping": 3, "max_steps": 2, "completed": 1}
 
 
 @dataclass(frozen=True)
@@ -166,7 +167,7 @@ def parse_record(mode: str, text: str) -> dict[str, float]:
             name = "data_share_pct"
         if name in out:
             continue
-        try:  # every _NUMBER spelling is one float() reads; to_float is the general fallback
+        try:  # every NUMBER spelling is one float() reads; to_float is the general fallback
             out[name] = float(raw)
         except ValueError:
             value = to_float(raw)
@@ -175,7 +176,7 @@ def parse_record(mode: str, text: str) -> dict[str, float]:
     return out
 
 
-def _x_of(groups: Mapping[str, str], rec: Mapping[str, float], ordinal: int) -> tuple[float, str]:
+def x_of(groups: Mapping[str, str], rec: Mapping[str, float], ordinal: int) -> tuple[float, str]:
     """The x coordinate of a record: the logged step, else epoch*batches+batch, else the record's ordinal."""
     step = groups.get("step")
     if step is not None and step.isdigit():
@@ -259,7 +260,7 @@ class LineReader:
         build = SeriesBuilder(self, display, tail_window)
         total = 0
         try:
-            for seg, phys, base in _segments(path, build.out.issues):
+            for seg, phys, base in segments(path, build.out.issues):
                 matches, seg_lines = self._matches(seg)
                 build.add_matches(base, matches, phys)
                 total = base + (phys[-1] if phys else seg_lines)
@@ -333,7 +334,7 @@ class SeriesBuilder:
             if "x" in counters and not groups:
                 x, kind = counters["x"], "step"
             elif groups or self.last_x is None:
-                x, kind = _x_of(groups, rec, self.ordinal)
+                x, kind = x_of(groups, rec, self.ordinal)
             else:  # no counter of its own (a validation or timer line): the last step seen
                 x, kind = self.last_x, "step"
             if kind == "step":
@@ -343,7 +344,7 @@ class SeriesBuilder:
             for name, value in rec.items():
                 key = keys.get(name)
                 if key is None:  # a log repeats the same few names: resolve each once
-                    key = keys[name] = "" if canonical(name) in _SKIP_KEYS else canonical(name)
+                    key = keys[name] = "" if canonical(name) in SKIP_KEYS else canonical(name)
                 if not key:
                     continue
                 if generic and learned.get(key, 0) < 2:
@@ -373,7 +374,7 @@ class SeriesBuilder:
         """SampleBuilder.finish: the series, with the stop reason announced near the end (`total` lines)."""
         out = self.out
         out.step_kind = "entry" if self.kinds == {"entry"} else "step"
-        near_end = [(_STOP_RANK[r], ln, r) for ln, r in self.stop_hits if total - ln <= self.tail_window]
+        near_end = [(STOP_RANK[r], ln, r) for ln, r in self.stop_hits if total - ln <= self.tail_window]
         if near_end:  # "early stopping" then "Training completed": the specific reason wins
             _, out.stop_line, out.stop = max(near_end)
             out.stop_from_log = True
@@ -498,7 +499,7 @@ def _sampled_note(name: str, size: int, chunks: int) -> str:
     )
 
 
-def _segments(path: Path, notes: list[str] | None = None) -> Iterator[tuple[bytes, list[int] | None, int]]:
+def segments(path: Path, notes: list[str] | None = None) -> Iterator[tuple[bytes, list[int] | None, int]]:
     """(segment of whole lines, physical-line map or None, physical lines before the segment)."""
     gz = path.name.endswith(".gz")
     raw = open_regular(path)  # a FIFO or a device is refused (Unreadable, an OSError) before any read
@@ -595,7 +596,7 @@ def _num(v: Any) -> float | None:
 
 def _add_record(out: SeriesSet, rec: Mapping[str, Any], x: float, line: int) -> None:
     for k, v in rec.items():
-        if not isinstance(k, str) or canonical(k) in _SKIP_KEYS:
+        if not isinstance(k, str) or canonical(k) in SKIP_KEYS:
             continue
         f = _num(v)
         if f is not None:

@@ -73,6 +73,7 @@ class Signature:
     examples_match: tuple[str, ...]
     examples_no_match: tuple[str, ...]
     where: str  # path:line
+    failure: bool = False  # the line says the run failed (see pack_schema.yaml)
 
 
 @dataclass(frozen=True)
@@ -580,6 +581,7 @@ def _merge(kb: KnowledgeBase, raw: _RawPack) -> None:
                     examples_match=tuple(sig["examples"]["match"]),
                     examples_no_match=tuple(sig["examples"]["no_match"]),
                     where=where,
+                    failure=bool(sig["failure"]),
                 )
             )
         for i, prog in enumerate(valid.get("progress", [])):

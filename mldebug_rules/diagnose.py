@@ -178,7 +178,7 @@ def diagnose(
         evidence_seen=evidence_seen,
         blocked=any(n.blocking for n in notes),
         skipped=bool(skipped),
-        unexplained=tuple(unexplained_failures(facts)),
+        unexplained=tuple(unexplained_failures(facts, frozenset(s.id for s in kb.signatures if s.failure))),
     )
     trust = bool(req.options.get("trust_recorded"))
     gate = apply_smokes(kb, hyps, facts, trust_recorded=trust, coverage=coverage)
@@ -252,10 +252,12 @@ def _bound(facts: Sequence[Fact], per_kind: int) -> tuple[list[Fact], dict[str, 
     return [f for i, f in enumerate(facts) if i not in drop], dropped
 
 
-def unexplained_failures(facts: Sequence[Fact]) -> list[Fact]:
-    """Failure evidence that no hypothesis accounts for: a Python traceback in a log's scrollback.
+def unexplained_failures(facts: Sequence[Fact], failure_signatures: frozenset[str] = frozenset()) -> list[Fact]:
+    """Failure evidence that no hypothesis accounts for: a Python traceback in a log's scrollback, a final
+    exception, or a line near the end that a pack declares a failure (``failure: true``: a launcher's
+    non-zero exit status, a job runner's error line).
 
-    Signatures are not used here: rules deliberately leave some root signatures unexplained (a loss-scale
+    Other signatures are not used here: rules deliberately leave some root signatures unexplained (a loss-scale
     overflow during the start-up search, a stop message), and only the rules know that."""
     tails = [f for f in facts if f.kind == "log.tail" and f.attrs.get("traceback")]
     # An exception near the end of a log (a traceback in the scrollback, or a bare final exception line)
@@ -268,7 +270,16 @@ def unexplained_failures(facts: Sequence[Fact]) -> list[Fact]:
         and 0 <= f.attrs.get("from_end", -1) < EXCEPTION_NEAR_END
     ]
     excs.sort(key=lambda f: (f.attrs.get("from_end", 0), f.file or "", -(f.line or 0)))
-    return excs + sorted(tails, key=lambda f: (f.file or "", f.line or 0))
+    # A declared failure line (a launcher's exit status) names no exception, so it comes after the tracebacks.
+    marks = [
+        f
+        for f in facts
+        if f.kind == "log.signature"
+        and f.attrs.get("signature") in failure_signatures
+        and 0 <= f.attrs.get("from_end", -1) < EXCEPTION_NEAR_END
+    ]
+    marks.sort(key=lambda f: (f.attrs.get("from_end", 0), f.file or "", f.line or 0))
+    return excs + sorted(tails, key=lambda f: (f.file or "", f.line or 0)) + marks
 
 
 def facts_by_key(d: Diagnosis) -> Mapping[str, Fact]:

@@ -192,6 +192,15 @@ def next_action(d: Diagnosis) -> str:
                 "it (`mldebug-rules rules new`)."
             )
         return text
+    if d.unexplained and d.unexplained[0].kind == "log.signature":  # a line a pack declares a failure
+        f = d.unexplained[0]
+        where = f"{f.file}:{f.line}" if f.file and f.line else (f.file or f.source)
+        return (
+            f"A failure that no rule explains yet: {clip(f.text or f.attrs.get('signature', ''), 200)} ({where}). "
+            "Its cause is earlier in this log or in another process's log (the failing rank's, the kernel log): "
+            "read the scrollback below, rerun the failing step alone (one process, CUDA_LAUNCH_BLOCKING=1) to "
+            "localise it, and add a rule for it (`mldebug-rules rules new`)."
+        )
     if d.unexplained:
         f = d.unexplained[0]  # a log.tail fact whose scrollback holds a traceback
         where = f.file or f.source  # a fact read from no file (a bundle, a live probe) cites its probe

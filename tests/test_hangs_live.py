@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import psutil
 import pytest
 from mldebug_rules.collectors.stacks import find_pyspy
 
@@ -68,11 +69,24 @@ def scenario(name: str, run: Path, fifo: bool = False, ready_timeout: float = 12
         time.sleep(SILENCE_S + 1.0)
         yield proc.pid
     finally:
+        # torchrun's agent starts its workers in sessions of their own, so killing the scenario's process group
+        # would leave them behind (a rank waiting forever in a collective): every descendant is listed before
+        # anything is killed, while the tree still links them to the scenario.
+        try:
+            descendants = psutil.Process(proc.pid).children(recursive=True)
+        except psutil.Error:
+            descendants = []
         try:
             os.killpg(proc.pid, signal.SIGKILL)
         except OSError:
             pass
+        for child in descendants:
+            try:
+                child.kill()
+            except psutil.Error:
+                pass
         proc.wait(timeout=30)
+        psutil.wait_procs(descendants, timeout=30)
         if write_end is not None:
             os.close(write_end)
 

@@ -18,12 +18,12 @@ from hypothesis import strategies as st
 from mldebug_rules.collectors import lineinfo
 from mldebug_rules.collectors.metrics_generic import parse_generic
 from mldebug_rules.collectors.metrics_parse import (
-    _NUMBER,
-    _SKIP_KEYS,
-    _STOP_RANK,
+    NUMBER,
+    SKIP_KEYS,
+    STOP_RANK,
     LineReader,
-    _segments,
-    _x_of,
+    segments,
+    x_of,
     parse_record,
 )
 from mldebug_rules.collectors.metrics_series import Series, SeriesSet, canonical
@@ -57,7 +57,7 @@ def reference_read(path: Path, tail_window: int = 40) -> SeriesSet:
     last_x: float | None = None
     sightings: dict[str, int] = {}  # the generic reader learns a name on its second sighting
     first: dict[str, tuple[float, float, int]] = {}
-    for seg, phys, base in _segments(path):
+    for seg, phys, base in segments(path):
         res = _READER.scanner.scan_bytes(seg, "ref")
         seen_line = -1
         for h in res.hits:
@@ -85,7 +85,7 @@ def reference_read(path: Path, tail_window: int = 40) -> SeriesSet:
             if "x" in counters and not h.groups:
                 x, kind = counters["x"], "step"
             elif h.groups or last_x is None:
-                x, kind = _x_of(h.groups, rec, ordinal)
+                x, kind = x_of(h.groups, rec, ordinal)
             else:
                 x, kind = last_x, "step"
             if kind == "step":
@@ -94,7 +94,7 @@ def reference_read(path: Path, tail_window: int = 40) -> SeriesSet:
             out.parsers.add(p.id)
             for name, value in rec.items():
                 key = canonical(name)
-                if key in _SKIP_KEYS:
+                if key in SKIP_KEYS:
                     continue
                 if p.parse == "generic" and sightings.get(key, 0) < 2:
                     sightings[key] = sightings.get(key, 0) + 1
@@ -105,7 +105,7 @@ def reference_read(path: Path, tail_window: int = 40) -> SeriesSet:
                 out.add(name, x, value, line_no)
         total = base + (phys[-1] if phys else res.total_lines)
     out.step_kind = "entry" if kinds == {"entry"} else "step"
-    near_end = [(_STOP_RANK[r], ln, r) for ln, r in stop_hits if total - ln <= tail_window]
+    near_end = [(STOP_RANK[r], ln, r) for ln, r in stop_hits if total - ln <= tail_window]
     if near_end:
         _, out.stop_line, out.stop = max(near_end)
         out.stop_from_log = True
@@ -125,7 +125,7 @@ def _same_reading(a: SeriesSet, b: SeriesSet) -> None:
         _assert_same_series(a.series[name], b.series[name])
 
 
-_PIPE_CELL = re.compile(r"^\s*([A-Za-z][A-Za-z0-9 _()/.-]{0,80}?)\s*:\s*(" + _NUMBER + r")\s*$")
+_PIPE_CELL = re.compile(r"^\s*([A-Za-z][A-Za-z0-9 _()/.-]{0,80}?)\s*:\s*(" + NUMBER + r")\s*$")
 
 
 def reference_pipes(text: str) -> dict[str, float]:

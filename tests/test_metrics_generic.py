@@ -281,20 +281,20 @@ def _same(a: tuple[dict[str, float], dict[str, float]], b: tuple[dict[str, float
 def test_the_plan_cache_reads_every_fixture_line_as_the_slow_path_does() -> None:
     """Every line of every fixture log, read twice through the template cache (plan, then replay) and once
     the slow way, gives the same metrics and x."""
-    from mldebug_rules.collectors.metrics_generic import _PLANS, _parse_slow
+    from mldebug_rules.collectors.metrics_generic import PLANS, parse_slow
 
-    _PLANS.clear()
+    PLANS.clear()
     logs = [
         p for p in FIXTURES.rglob("*") if p.suffix in (".log", ".txt", ".out") and p.stat().st_size < 1 << 20
     ]
     checked = 0
     for path in logs:
         for line in path.read_text(errors="replace").splitlines():
-            slow = _parse_slow(line)
+            slow = parse_slow(line)
             assert _same(parse_generic(line), slow), line
             assert _same(parse_generic(line), slow), line
             checked += 1
-    assert checked > 5000 and len(_PLANS) > 100
+    assert checked > 5000 and len(PLANS) > 100
 
 
 @pytest.mark.parametrize(
@@ -315,10 +315,10 @@ def test_the_plan_cache_reads_every_fixture_line_as_the_slow_path_does() -> None
     ],
 )
 def test_lines_sharing_a_template_replay_their_own_numbers(lines: list[str]) -> None:
-    from mldebug_rules.collectors.metrics_generic import _parse_slow
+    from mldebug_rules.collectors.metrics_generic import parse_slow
 
     for line in lines:
-        assert _same(parse_generic(line), _parse_slow(line)), line
+        assert _same(parse_generic(line), parse_slow(line)), line
 
 
 def test_dataloader_wait_lines_and_token_throughput(diagnose_files: Callable[..., dict[str, Any]]) -> None:
