@@ -252,7 +252,9 @@ def _bound(facts: Sequence[Fact], per_kind: int) -> tuple[list[Fact], dict[str, 
     return [f for i, f in enumerate(facts) if i not in drop], dropped
 
 
-def unexplained_failures(facts: Sequence[Fact], failure_signatures: frozenset[str] = frozenset()) -> list[Fact]:
+def unexplained_failures(
+    facts: Sequence[Fact], failure_signatures: frozenset[str] = frozenset()
+) -> list[Fact]:
     """Failure evidence that no hypothesis accounts for: a Python traceback in a log's scrollback, a final
     exception, or a line near the end that a pack declares a failure (``failure: true``: a launcher's
     non-zero exit status, a job runner's error line).

@@ -22,9 +22,9 @@ from mldebug_rules.collectors.metrics_parse import (
     SKIP_KEYS,
     STOP_RANK,
     LineReader,
+    parse_record,
     segments,
     x_of,
-    parse_record,
 )
 from mldebug_rules.collectors.metrics_series import Series, SeriesSet, canonical
 

@@ -32,7 +32,7 @@ def test_exit_status_zero_and_far_from_the_end_are_no_failure(tmp_path: Path, ca
     ok = diagnose_json(tmp_path, "step 100/5000 loss 2.31\nProcess finished with exit code 0\n", capsys)
     assert ok["verdict"] == "no_failure"
     # A failed first attempt, then a long healthy run: the failure line is not the run's end.
-    steps = "".join(f"step {i}/5000 loss {2.3 - i / 10000:.4f}\n" for i in range(1, 400))
+    steps = "".join(f"step {i}/5000 loss {1.5 - i / 400:.4f}\n" for i in range(1, 400))
     later = diagnose_json(tmp_path, "srun: error: node-3: task 0: Exited with exit code 1\n" + steps, capsys)
     assert later["verdict"] == "no_failure"
 
@@ -41,7 +41,9 @@ def test_the_flag_is_data_a_pack_can_set(tmp_path: Path, capsys) -> None:  # typ
     """A team pack declares its own runner's failure line; without the flag the same signature changes nothing."""
     pack = tmp_path / "runner"
     pack.mkdir()
-    (pack / "pack.yaml").write_text("pack: runner\nversion: 1.0.0\ndescription: our job runner\nrequires: mldebug-rules/rules/v1\n")
+    (pack / "pack.yaml").write_text(
+        "pack: runner\nversion: 1.0.0\ndescription: our job runner\nrequires: mldebug-rules/rules/v1\n"
+    )
 
     def write(flag: str) -> None:
         (pack / "runner.yaml").write_text(
