@@ -702,6 +702,13 @@ def _short_monotone_growth(mem: Series, p: Mapping[str, float]) -> list[Trend]:
     incs = [b - a for a, b in pairwise(wy)]
     if min(incs[-2:]) < 0.3 * (sum(incs) / len(incs)):
         return []
+    return _mem_growing(mem, wx, wy, growth, f", rising at every one of its {len(wy)} points")
+
+
+def _mem_growing(
+    mem: Series, wx: Sequence[float], wy: Sequence[float], growth: float, how: str
+) -> list[Trend]:
+    """The "growing" memory trend over the window wx/wy; ``how`` ends the note with why it counts as growth."""
     return [
         Trend(
             "mem",
@@ -712,8 +719,7 @@ def _short_monotone_growth(mem: Series, p: Mapping[str, float]) -> list[Trend]:
             window_end=_i(wx[-1]),
             points=len(wy),
             line=mem.line_at(wx[-1]),
-            note=f"memory grew {growth:.0%} from {wy[0]:g} to {wy[-1]:g} over steps {_i(wx[0])}..{_i(wx[-1])}, "
-            f"rising at every one of its {len(wy)} points",
+            note=f"memory grew {growth:.0%} from {wy[0]:g} to {wy[-1]:g} over steps {_i(wx[0])}..{_i(wx[-1])}{how}",
         )
     ]
 
@@ -739,20 +745,13 @@ def _growing(mem: Series, p: Mapping[str, float]) -> list[Trend]:
         return []
     if steps_up < p["mem_increasing_share"] and stretches_up < p["mem_rising_stretches"]:
         return []
-    return [
-        Trend(
-            "mem",
-            "growing",
-            value=round(growth, 4),
-            step=_i(wx[0]),
-            window_start=_i(wx[0]),
-            window_end=_i(wx[-1]),
-            points=len(wy),
-            line=mem.line_at(wx[-1]),
-            note=f"memory grew {growth:.0%} from {wy[0]:g} to {wy[-1]:g} over steps {_i(wx[0])}..{_i(wx[-1])}"
-            f"; {steps_up:.0%} of {len(wy) - 1} intervals and {ups} of {bins - 1} stretches rose",
-        )
-    ]
+    return _mem_growing(
+        mem,
+        wx,
+        wy,
+        growth,
+        f"; {steps_up:.0%} of {len(wy) - 1} intervals and {ups} of {bins - 1} stretches rose",
+    )
 
 
 def _throughput(tp: Series | None, st: Series | None, p: Mapping[str, float]) -> list[Trend]:
