@@ -7,6 +7,7 @@ from pathlib import Path
 
 from mldebug_rules.engine.lint import lint_kb
 from mldebug_rules.engine.packs import KnowledgeBase, load_packs
+from test_packs import MANIFEST  # the same minimal pack as the pack-loading tests
 
 from mldebug_rules import report
 from mldebug_rules.diagnose import Request, diagnose
@@ -44,7 +45,6 @@ def test_every_docs_page_the_code_points_to_exists() -> None:
     assert "docs/engine.md" in (REPO / "engine" / "backend_durable.py").read_text(encoding="utf-8")
 
 
-MANIFEST = "pack: acme\nversion: 0.1.0\ndescription: test pack\nrequires: mldebug-rules/rules/v1\n"
 RULES = """\
 rules:
   - id: oom_seen

@@ -11,20 +11,9 @@ from pathlib import Path
 
 import pytest
 from mldebug_rules.engine.packs import load_packs
+from test_packs import GOOD_RULE, MANIFEST  # the same minimal pack as the pack-loading tests
 
 from mldebug_rules.pack_tests import run_pack_tests
-
-MANIFEST = "pack: acme\nversion: 0.1.0\ndescription: test pack\nrequires: mldebug-rules/rules/v1\n"
-GOOD_RULE = """rules:
-  - id: r1
-    title: t
-    status: test
-    description: d
-    falsepositives: [none known]
-    when:
-      a: {kind: log.signature, match: {signature: cuda_oom}}
-    then: {hypothesis: gpu_oom, weight: 0.5}
-"""
 
 
 def cli(*args: str, timeout: float = 120.0, **kw: object) -> subprocess.CompletedProcess[str]:

@@ -9,10 +9,10 @@ import pytest
 from mldebug_rules.engine import lint as engine_lint
 from mldebug_rules.engine.lint import lint_kb
 from mldebug_rules.engine.packs import load_packs
+from test_packs import MANIFEST  # the same minimal pack as the pack-loading tests
 
 from mldebug_rules.pack_lint import SCANNER_ENGINES, example_problems, lint
 
-MANIFEST = "pack: acme\nversion: 0.1.0\ndescription: test pack\nrequires: mldebug-rules/rules/v1\n"
 BODY = """signatures:
   - id: acme_fatal
     title: t
