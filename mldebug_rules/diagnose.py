@@ -262,25 +262,30 @@ def unexplained_failures(
     Other signatures are not used here: rules deliberately leave some root signatures unexplained (a loss-scale
     overflow during the start-up search, a stop message), and only the rules know that."""
     tails = [f for f in facts if f.kind == "log.tail" and f.attrs.get("traceback")]
+
+    def near_end(f: Fact) -> bool:
+        return 0 <= f.attrs.get("from_end", -1) < EXCEPTION_NEAR_END
+
+    def closest_first(fs: list[Fact]) -> list[Fact]:
+        return sorted(fs, key=lambda f: (f.attrs.get("from_end", 0), f.file or "", -(f.line or 0)))
+
     # An exception near the end of a log (a traceback in the scrollback, or a bare final exception line)
     # is a visible failure too: the one closest to the end comes first, so the report can name it.
-    excs = [
-        f
-        for f in facts
-        if f.kind == "exception"
-        and f.attrs.get("position") in ("surfaced", "only")
-        and 0 <= f.attrs.get("from_end", -1) < EXCEPTION_NEAR_END
-    ]
-    excs.sort(key=lambda f: (f.attrs.get("from_end", 0), f.file or "", -(f.line or 0)))
+    excs = closest_first(
+        [
+            f
+            for f in facts
+            if f.kind == "exception" and f.attrs.get("position") in ("surfaced", "only") and near_end(f)
+        ]
+    )
     # A declared failure line (a launcher's exit status) names no exception, so it comes after the tracebacks.
-    marks = [
-        f
-        for f in facts
-        if f.kind == "log.signature"
-        and f.attrs.get("signature") in failure_signatures
-        and 0 <= f.attrs.get("from_end", -1) < EXCEPTION_NEAR_END
-    ]
-    marks.sort(key=lambda f: (f.attrs.get("from_end", 0), f.file or "", f.line or 0))
+    marks = closest_first(
+        [
+            f
+            for f in facts
+            if f.kind == "log.signature" and f.attrs.get("signature") in failure_signatures and near_end(f)
+        ]
+    )
     return excs + sorted(tails, key=lambda f: (f.file or "", f.line or 0)) + marks
 
 
