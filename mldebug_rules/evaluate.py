@@ -127,8 +127,8 @@ def _find_expected(root: Path) -> list[Path]:
     return out
 
 
-def read_blind(cases_dir: Path, name: str = BLIND_FILE) -> set[str]:
-    """Case names listed in CASES_DIR/blind.txt, or another list of that format (empty when there is none)."""
+def read_case_list(cases_dir: Path, name: str) -> set[str]:
+    """Case names listed in CASES_DIR/NAME (blind.txt, fresh.txt: one a line, # comments); empty without one."""
     path = cases_dir / name
     if not path.is_file():
         return set()
@@ -141,8 +141,8 @@ def read_blind(cases_dir: Path, name: str = BLIND_FILE) -> set[str]:
 
 def load_cases(cases_dir: Path, labels_dir: Path | None) -> list[Case]:
     cases = _load_cases(cases_dir, labels_dir)
-    blind = read_blind(cases_dir)
-    fresh = read_blind(cases_dir, FRESH_FILE)
+    blind = read_case_list(cases_dir, BLIND_FILE)
+    fresh = read_case_list(cases_dir, FRESH_FILE)
     for c in cases:
         c.blind = c.name in blind or c.path.name in blind
         c.fresh = c.name in fresh or c.path.name in fresh
