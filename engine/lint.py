@@ -267,7 +267,8 @@ def _rule_problems(kb: KnowledgeBase, only: set[str] | None) -> list[Problem]:
     for sig in kb.signatures:
         if only and sig.pack not in only:
             continue
-        if sig.id not in used and sig.role != "context":
+        # A `failure: true` signature is read by the verdict (a visible failure no rule explains), not by rules.
+        if sig.id not in used and sig.role != "context" and not sig.failure:
             out.append(Problem(sig.where, "warning", f"signature {sig.id}: no rule reads it"))
     return out
 

@@ -60,9 +60,14 @@ def test_the_flag_is_data_a_pack_can_set(tmp_path: Path, capsys) -> None:  # typ
     log = tmp_path / "train.log"
     log.write_text("step 1 loss 2.0\nJOBRUNNER: job j-17 state=FAILED\n")
     args = ["diagnose", "--offline", "--log", str(log), "--format", "json", "--rules", str(pack)]
+    unread = "signature runner_job_failed: no rule reads it"
     write("    failure: true\n")
     assert main(args) == 0
     assert json.loads(capsys.readouterr().out)["verdict"] == "uncertain"
+    main(["rules", "lint", str(pack)])  # the verdict reads a failure signature: lint must not call it unread
+    assert unread not in "".join(capsys.readouterr())
     write("")
     assert main(args) == 0
     assert json.loads(capsys.readouterr().out)["verdict"] == "no_failure"
+    main(["rules", "lint", str(pack)])
+    assert unread in "".join(capsys.readouterr())
