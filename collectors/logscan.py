@@ -80,6 +80,7 @@ __all__ = [
     "Scanner",
     "hyperscan_available",
     "scan_paths",
+    "tail_anchored",
 ]
 
 LINE_MATCH_CAP = 1 << 20  # a line is matched on its first 1 MiB only (memory bound for newline-less data)
@@ -468,7 +469,144 @@ def _relax_end_anchors(regex: str) -> str | None:
     return loose
 
 
-def _hyperscan_expression(p: Pattern) -> bytes:
+def _atoms(branch: str) -> list[tuple[int, int]] | None:
+    """(start, end) of each atom of one alternative of a regex, a quantifier counted in its atom; None when a
+    construct is not understood here (the caller then keeps the plain loosening)."""
+    out: list[tuple[int, int]] = []
+    i, n = 0, len(branch)
+    while i < n:
+        start = i
+        c = branch[i]
+        if c == "\\":
+            i += 2
+        elif c == "[":
+            i += 1
+            if branch[i : i + 1] == "^":
+                i += 1
+            if branch[i : i + 1] == "]":
+                i += 1
+            while i < n and branch[i] != "]":
+                i += 2 if branch[i] == "\\" else 1
+            i += 1
+        elif c == "(":
+            depth = 0
+            while i < n:
+                ch = branch[i]
+                if ch == "\\":
+                    i += 2
+                    continue
+                if ch == "[":
+                    end = _atoms(branch[i:])
+                    if not end:
+                        return None
+                    i += end[0][1]
+                    continue
+                depth += ch == "("
+                depth -= ch == ")"
+                i += 1
+                if depth == 0:
+                    break
+        elif c in "*+?{":
+            return None  # a quantifier with nothing before it
+        else:
+            i += 1
+        if i > n:
+            return None
+        # Quantifiers (and their lazy/possessive marks) belong to the atom before them.
+        while i < n and branch[i] in "*+?{":
+            if branch[i] == "{":
+                close = branch.find("}", i)
+                if close < 0:
+                    return None
+                i = close + 1
+            else:
+                i += 1
+        out.append((start, i))
+    return out
+
+
+def _top_alternatives(regex: str) -> list[str] | None:
+    """The alternatives of `regex` at its top level."""
+    atoms = _atoms(regex)
+    if atoms is None:
+        return None
+    out, start = [], 0
+    for a, b in atoms:
+        if regex[a:b] == "|":
+            out.append(regex[start:a])
+            start = b
+    out.append(regex[start:])
+    return out
+
+
+def _has_other_group(regex: str) -> bool:
+    """Whether `regex` has a group other than ``(...)``, ``(?:...)`` and ``(?P<name>...)`` (outside classes)."""
+    i, n = 0, len(regex)
+    while i < n:
+        c = regex[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c == "[":
+            cls = _atoms(regex[i:])
+            if not cls:
+                return True
+            i += cls[0][1]
+            continue
+        if (c == "(" and regex[i + 1 : i + 2] == "?" and regex[i + 2 : i + 3] not in (":", "P")) or (
+            c == "(" and regex[i + 1 : i + 4] == "?P="
+        ):
+            return True
+        i += 1
+    return False
+
+
+_GROUP_OPEN = re.compile(r"\((?:\?:|\?P<\w+>|\?<\w+>|\?[imsx]+:)?")
+
+
+def tail_anchored(regex: str) -> str | None:
+    """`regex` (already through _line_anchored) with the wrapper's "rest of the line" put where each alternative
+    ends: ``$`` at the end of an alternative becomes the newline itself, any other ending gets ``[^\n]*\n``.
+
+    So ``epoch 0(?:[^0-9./]|$)`` becomes ``epoch 0(?:[^0-9./][^\n]*\n|\n)``, which hyperscan matches as
+    precisely as the regex, where dropping the ``$`` (_relax_end_anchors) would make every ``epoch 0.5`` line a
+    candidate, each costing a Python confirmation. Every match still ends at the newline of its line, except
+    when a class or ``\\s`` before a final ``$`` swallows the newline: then it ends on a later line too, a
+    candidate the confirmation rejects. None when a ``$`` is anywhere but at an alternative's end."""
+    if _has_other_group(regex):
+        return None  # look-arounds, conditionals, scoped flags: the loader refuses most; never rewrite them
+    alternatives = _top_alternatives(regex)
+    if alternatives is None:
+        return None
+    out: list[str] = []
+    for alt in alternatives:
+        atoms = _atoms(alt)
+        if atoms is None:
+            return None
+        if not atoms:
+            return None  # an empty alternative: the whole pattern could match an empty line
+        a, b = atoms[-1]
+        head, last = alt[:a], alt[a:b]
+        if _has_end_anchor(head):
+            return None
+        if last == "$":
+            out.append(head + r"\n")
+            continue
+        if last.startswith("(") and last.endswith(")") and _has_end_anchor(last):
+            opener = _GROUP_OPEN.match(last)
+            assert opener is not None  # every group starts with "("
+            inner = tail_anchored(last[opener.end() : -1])
+            if inner is None:
+                return None
+            out.append(head + opener.group(0) + inner + ")")
+            continue
+        if _has_end_anchor(last):
+            return None  # a quantified group with a $ inside, and the like
+        out.append(alt + r"[^\n]*\n")
+    return "|".join(out)
+
+
+def _hyperscan_expression(p: Pattern, line_end: bool = True) -> bytes:
     """``(?:P)[^\\n]*\\n``: the hyperscan form of a pattern without end anchors.
 
     Every match on a line then ends just after that line's newline, and hyperscan reports each distinct end
@@ -487,7 +625,8 @@ def _hyperscan_expression(p: Pattern) -> bytes:
     head = f"(?{flags})" if flags else ""
     # In verbose mode a trailing "# comment" would swallow our ")": a newline ends it (and is ignored).
     close = "\n)" if "x" in flags else ")"
-    return (head + "(?:" + _line_anchored(rest) + close + r"[^\n]*\n").encode("utf-8")
+    # Without `line_end`, the regex already ends each alternative at its line's newline (tail_anchored).
+    return (head + "(?:" + _line_anchored(rest) + close + (r"[^\n]*\n" if line_end else "")).encode("utf-8")
 
 
 def _hyperscan_flags(p: Pattern) -> int:
@@ -1133,9 +1272,16 @@ def _hyperscan_plan(
             exprs[i] = _hyperscan_expression(p)
             hs_idx.append(i)
             continue
-        # End anchors are left out of hyperscan's form (see _hyperscan_expression): without them it finds a
-        # superset of the lines, and the Python confirmation, which every candidate gets, applies the
-        # anchor. Searching such patterns with Python over every segment cost ~100x.
+        # Hyperscan gets no end anchor (see _hyperscan_expression). Where each ``$`` ends an alternative, the
+        # newline itself stands for it (tail_anchored), which keeps the candidates as few as the regex's hits.
+        # Otherwise it is dropped: a superset of the lines, which the Python confirmation, which every candidate
+        # gets, narrows. Searching such patterns with Python over every segment cost ~100x.
+        tail = tail_anchored(anchored) if "x" not in _split_leading_flags(p.regex)[0] else None
+        if tail is not None:
+            exprs[i] = _hyperscan_expression(replace(p, regex=tail), line_end=False)
+            hs_idx.append(i)
+            relaxed.add(i)
+            continue
         loose = _relax_end_anchors(anchored)
         if loose is None:
             py_idx.append(i)
@@ -1336,6 +1482,18 @@ class Scanner:
         data = seg if seg.endswith(b"\n") else seg + b"\n"
         if self._db is not None:
             self._db.scan(data, match_event_handler=on_match, scratch=scratch)
+            # Hyperscan 5.4 can miss a match that ends exactly at the buffer's end (measured: ``a\n`` beside
+            # ``^a[^\n]*\n`` on ``b\xe5\xb7\xb2\nbaaaaaa\n``), so the last line is scanned once more with a
+            # blank line after it; a candidate found twice is confirmed once (the keys are deduplicated).
+            last = data.rfind(b"\n", 0, len(data) - 1) + 1
+            tail = data[last:]
+            tail_end = len(tail)
+
+            def on_tail(idx: int, _from: int, to: int, _flags: int, _ctx: object) -> None:
+                if to <= tail_end:  # not the padding's own line
+                    append((last + to - 1) * npat + idx)
+
+            self._db.scan(tail + b"\n", match_event_handler=on_tail, scratch=scratch)
         if present is not None and self._last_idx:
             # keep="last" patterns (progress lines, one per step): a callback per line would cost more than the
             # whole scan, so each has a database of its own with HS_FLAG_SINGLEMATCH, which reports its first line

@@ -19,6 +19,7 @@ from mldebug_rules.collectors.logscan import (
     ScanResult,
     hyperscan_available,
     scan_paths,
+    tail_anchored,
 )
 
 try:
@@ -587,3 +588,56 @@ def test_keep_last_and_recent_hits_match_the_reference(tmp_path: Path, chunk: in
         assert recent == [n for n in matching if n > len(lines) - tail]
         assert 1 <= res.counts[idx] <= len(matching)
     assert [n for n, _ in res.tail] == list(range(len(lines) - tail + 1, len(lines) + 1))
+
+
+@pytest.mark.parametrize(
+    ("regex", "form"),
+    [
+        # the end anchor ends an alternative: the newline itself stands for it, other endings get the line's rest
+        (r"epoch 0(?:[^0-9./]|$)", r"epoch 0(?:[^0-9./][^\n]*\n|\n)"),
+        (r"Killed$|OOM", r"Killed\n|OOM[^\n]*\n"),
+        (r"(?P<n>\d+) done\s*$", r"(?P<n>\d+) done\s*\n"),
+        (r"a(?:b(?:c|$)|d)", r"a(?:b(?:c[^\n]*\n|\n)|d[^\n]*\n)"),
+        # anywhere else, or where an alternative could be empty, the caller keeps the plain loosening
+        (r"a$b", None),
+        (r"(?:a$)+", None),
+        (r"a$|", None),
+        (r"(?=a)$", None),
+    ],
+)
+def test_tail_anchored_form(regex: str, form: str | None) -> None:
+    assert tail_anchored(regex) == form
+
+
+@pytest.mark.skipif(not hyperscan_available(), reason="hyperscan is not installed")
+def test_an_end_anchored_pattern_costs_no_confirmation_on_lines_it_cannot_match(monkeypatch) -> None:
+    """`(?:[^0-9./]|$)` with the $ dropped matched every `epoch 0.5` line: one Python confirmation per line of an
+    HF log in its first epoch. With the newline standing for the $, hyperscan reports only the real hits."""
+    import regex as regex_module
+
+    calls: list[bytes] = []
+    real = regex_module.compile
+
+    def counting(pattern: object, flags: int = 0, **kw: object) -> object:
+        compiled = real(pattern, flags, **kw)
+
+        class Counted:
+            def search(self, data: bytes, *a: object, **k: object) -> object:
+                calls.append(bytes(data))
+                return compiled.search(data, *a, **k)
+
+            def __getattr__(self, name: str) -> object:
+                return getattr(compiled, name)
+
+        return Counted()
+
+    monkeypatch.setattr(regex_module, "compile", counting)
+    lines = [f"{{'loss': 2.1, 'epoch': 0.{k:02d}}}" for k in range(1, 90)] + [
+        "Epoch 0: 10%",
+        "starting epoch 0",
+    ]
+    scanner = Scanner([Pattern("zero", r"[Ee]poch'?:? 0(?:[^0-9./]|$)")], engine="hyperscan")
+    calls.clear()  # building it checks that the regex does not match an empty line
+    res = scanner.scan_bytes(("\n".join(lines) + "\n").encode())
+    assert [h.line_no for h in res.hits] == [90, 91]
+    assert len(calls) == 2, calls
