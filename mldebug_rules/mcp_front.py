@@ -602,8 +602,8 @@ def serve(
 
     def run_sdk(front: Front) -> None:
         try:
-            import anyio
-            from mcp.server.stdio import stdio_server
+            import anyio  # noqa: F401  (what run_sdk_server needs, loaded before the server is built)
+            import mcp.server.stdio  # noqa: F401
 
             server = make_server()
         except BaseException as e:  # the process cannot serve: say why and stop
@@ -611,16 +611,8 @@ def serve(
             return
         # The pipeline next, beside the server, so that the first tool call does not wait for it.
         threading.Thread(target=_quietly, args=(warm_up,), name="mcp-warm-up", daemon=True).start()
-        stdin, stdout = front.sdk_streams()
-
-        async def main() -> None:
-            async with stdio_server(anyio.wrap_file(stdin), anyio.wrap_file(stdout)) as (read, write):  # type: ignore[arg-type]
-                # What MCPServer.run_stdio_async does, over the front's streams instead of the pipes.
-                low = server._lowlevel_server
-                await low.run(read, write, low.create_initialization_options())
-
         try:
-            anyio.run(main)
+            run_sdk_server(server, *front.sdk_streams())
         except BaseException as e:
             status.append(fail(e))
 
@@ -637,6 +629,20 @@ def serve(
     # Otherwise nothing is left for the SDK to answer: no need to wait for it to finish importing.
     _stop(status[0] if status else 0, wire_out)
     return 0  # not reached
+
+
+def run_sdk_server(server: Any, stdin: _SdkStdin, stdout: _SdkStdout) -> None:
+    """Runs the SDK's ``MCPServer`` over the front's streams until ``stdin`` reads the end of input: what
+    ``MCPServer.run_stdio_async`` does, over these streams instead of the pipes."""
+    import anyio
+    from mcp.server.stdio import stdio_server
+
+    async def main() -> None:
+        async with stdio_server(anyio.wrap_file(stdin), anyio.wrap_file(stdout)) as (read, write):  # type: ignore[arg-type]
+            low = server._lowlevel_server
+            await low.run(read, write, low.create_initialization_options())
+
+    anyio.run(main)
 
 
 def _quietly(fn: Callable[[], None]) -> None:
