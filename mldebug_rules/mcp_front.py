@@ -415,8 +415,8 @@ class Front:
         self._answered = 0
         # The ids under which the front hands over what it answered: no client's id can be one of them.
         self._front_id = f"{FRONT_ID}{os.urandom(6).hex()}:"
-        # front id -> the answer the client got, where it came from, the conversation it answers
-        self._given: dict[str, tuple[dict[str, Any], str, str]] = {}
+        # front id -> the answer the client got, where it came from, the conversation it answers, the method
+        self._given: dict[str, tuple[dict[str, Any], str, str, str]] = {}
         self._recording: dict[str, str] = {}  # client id -> the conversation digest to record under
         self.needs_sdk = False  # a message that only the SDK can answer was handed over
         self.sdk: threading.Thread | None = None
@@ -479,7 +479,7 @@ class Front:
         self._answered += 1
         front_id = f"{self._front_id}{self._answered}"
         with self._state_lock:
-            self._given[front_id] = (answer, source, conversation)
+            self._given[front_id] = (answer, source, conversation, msg["method"])
         self._log(
             {
                 "event": "answered",
@@ -524,7 +524,7 @@ class Front:
             given = self._given.pop(msg["id"], None) if isinstance(msg["id"], str) else None
             conversation = None if given is not None else self._recording.pop(_id_key(msg["id"]), None)
         if given is not None:
-            answer, source, conversation = given
+            answer, source, conversation, method = given
             same = sdk == answer
             with self._state_lock:
                 self._verified[conversation] = sdk
@@ -532,11 +532,11 @@ class Front:
                 if not same:
                     self._trusted = False
                 keep = dict(self._verified)
-            self._log({"event": "verified", "same": same, "source": source})
+            self._log({"event": "verified", "method": method, "same": same, "source": source})
             if first_difference:
                 print(
-                    f"mldebug-rules mcp: the server's {source} answer differs from the SDK's; until the server "
-                    "or the SDK changes, the SDK's answers are the ones given",
+                    f"mldebug-rules mcp: the front's {source} answer to {method} differs from the SDK's; until "
+                    "the server or the SDK changes, the SDK's answers are the ones given",
                     file=sys.stderr,
                     flush=True,
                 )

@@ -173,7 +173,7 @@ def test_a_difference_from_the_sdk_is_reported_and_the_sdk_wins_from_then_on(tmp
     assert not s.reply(6)["result"].get("isError")
     rc, err = s.close()
     assert rc == 0
-    assert err.count("differs from the SDK's") == 1, err  # said once, on stderr
+    assert err.count("answer to tools/list differs from the SDK's") == 1, err  # said once, on stderr
     verified = [(e["source"], e["same"]) for e in _log(log) if e["event"] == "verified"]
     assert verified == [("declared", True), ("declared", False)]
 
@@ -364,7 +364,7 @@ def test_a_recorded_answer_that_differs_from_the_sdks_is_replaced(capsys: pytest
     h.front.from_sdk(
         json.dumps({"jsonrpc": "2.0", "id": replayed["id"], "result": {"for": "something else"}})
     )
-    assert "recorded answer differs from the SDK's" in capsys.readouterr().err
+    assert "recorded answer to initialize differs from the SDK's" in capsys.readouterr().err
     assert list(records.answers.values()) == [{"result": {"for": "something else"}}]
     assert not records.declared_trusted
     assert len(h.sent()) == 1  # the SDK's answer to the front's own request never reaches the client
@@ -408,7 +408,7 @@ def test_a_difference_from_the_sdk_hands_it_everything_from_then_on(
     handed = [m for m in h.handed() if "id" in m]
     h.front.from_sdk(json.dumps({"jsonrpc": "2.0", "id": handed[0]["id"], "result": init["result"]}))
     h.front.from_sdk(json.dumps({"jsonrpc": "2.0", "id": handed[1]["id"], "result": theirs}))
-    assert "declared answer differs from the SDK's" in capsys.readouterr().err
+    assert "declared answer to tools/list differs from the SDK's" in capsys.readouterr().err
     assert not records.declared_trusted
     assert sorted(a["result"].get("protocolVersion", "") for a in records.answers.values()) == [
         "",
