@@ -10,9 +10,11 @@ Safety, decided here and nowhere else:
   only when the server was started with ``--allow-run``; it is bounded by its timeout;
 - what comes back went through the same redaction as every report.
 
-The ``mcp`` SDK is an optional extra (``pip install "mldebug-rules[agent]"``); the core never imports this
-module. ``main`` serves through ``mcp_front``, which answers the session's opening while the SDK and the
-pipeline load in the background, so that a client gets ``initialize`` and the tool list fast.
+The tools' and resources' names, descriptions and annotations come from ``mcp_decl``, which does not
+import the SDK. The ``mcp`` SDK is an optional extra (``pip install "mldebug-rules[agent]"``); the core never
+imports this module. ``main`` serves through ``mcp_front``, which answers the session's opening from those
+declarations while the SDK and the pipeline load in the background, so that a client gets ``initialize``
+and the tool list fast.
 """
 
 # No `from __future__ import annotations`: the SDK reads the tools' signatures, whose types are local names.
