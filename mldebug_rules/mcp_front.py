@@ -176,11 +176,9 @@ def _is_meta(value: Any, envelope: bool) -> bool:
     return isinstance(value, dict) and (PROTOCOL_VERSION_META in value) == envelope
 
 
-def _only_meta(params: Any, envelope: bool) -> bool:
+def _only_meta(params: dict[str, Any], envelope: bool) -> bool:
     """Params that hold nothing but ``_meta`` (a cursor, say, is left to the SDK)."""
-    if params is None:
-        return not envelope
-    if not isinstance(params, dict) or set(params) - {"_meta"}:
+    if set(params) - {"_meta"}:
         return False
     if "_meta" not in params:
         return not envelope
@@ -228,7 +226,9 @@ class Declared:
         """``{"result": ...}`` as the SDK would answer the request, or None (then it stops answering)."""
         if self.lost:
             return None
-        result = self._result(msg.get("method"), msg.get("params"))
+        plain = msg.get("jsonrpc") == "2.0" and not set(msg) - {"jsonrpc", "id", "method", "params"}
+        params = msg.get("params", {})  # absent params are {} to the SDK; null ones are left to it
+        result = self._result(msg.get("method"), params) if plain and isinstance(params, dict) else None
         if result is None:
             self.lost = True
             return None
@@ -239,8 +239,8 @@ class Declared:
         if method == INITIALIZED and not self._initialized:
             self.lost = True
 
-    def _result(self, method: Any, params: Any) -> dict[str, Any] | None:
-        meta = params.get("_meta") if isinstance(params, dict) else None
+    def _result(self, method: Any, params: dict[str, Any]) -> dict[str, Any] | None:
+        meta = params.get("_meta")
         enveloped = _is_meta(meta, True) and method != "initialize"
         if self.era is None:
             self.era = "modern" if enveloped else "handshake"

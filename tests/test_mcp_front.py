@@ -440,22 +440,30 @@ def test_declared_answers_follow_the_sdks_era_rules() -> None:
         }
 
     d = _declared()
-    found = d.answer({"id": 1, "method": "server/discover", "params": env()})
+    found = d.answer({"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": env()})
     assert found is not None and found["result"]["supportedVersions"] == ["2026-07-28"]
-    assert d.answer({"id": 2, "method": "tools/list", "params": env()}) is not None
-    assert d.answer({"id": 3, "method": "ping", "params": env()}) is None  # not a 2026 method
-    assert d.answer({"id": 4, "method": "tools/list", "params": env()}) is None  # lost track: the SDK's turn
+    assert d.answer({"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": env()}) is not None
+    assert (
+        d.answer({"jsonrpc": "2.0", "id": 3, "method": "ping", "params": env()}) is None
+    )  # not a 2026 method
+    assert (
+        d.answer({"jsonrpc": "2.0", "id": 4, "method": "tools/list", "params": env()}) is None
+    )  # lost track: the SDK's turn
     init = {"protocolVersion": "2099-01-01", "capabilities": {}, "clientInfo": {"name": "x", "version": "1"}}
     d = _declared()
     assert (
-        d.answer({"id": 1, "method": "initialize", "params": init})["result"]["protocolVersion"]
+        d.answer({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": init})["result"][
+            "protocolVersion"
+        ]
         == "2025-11-25"
     )
-    assert d.answer({"id": 2, "method": "tools/list", "params": {"cursor": "c"}}) is None  # a shape it leaves
+    assert (
+        d.answer({"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {"cursor": "c"}}) is None
+    )  # a shape it leaves
     for first in (
-        {"id": 1, "method": "tools/list"},  # before initialize
-        {"id": 1, "method": "initialize", "params": {**init, "clientInfo": {"name": "x"}}},
-        {"id": 1, "method": "server/discover", "params": env("2025-06-18")},
+        {"jsonrpc": "2.0", "id": 1, "method": "tools/list"},  # before initialize
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {**init, "clientInfo": {"name": "x"}}},
+        {"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": env("2025-06-18")},
         {
             "id": 1,
             "method": "server/discover",
@@ -463,9 +471,16 @@ def test_declared_answers_follow_the_sdks_era_rules() -> None:
         },
     ):
         assert _declared().answer(first) is None, first
+    for odd in (
+        {"id": 1, "method": "ping"},  # not JSON-RPC 2.0
+        {"jsonrpc": "2.0", "id": 1, "method": "ping", "params": None},
+        {"jsonrpc": "2.0", "id": 1, "method": "ping", "extra": True},
+    ):
+        assert _declared().answer(odd) is None, odd
+    assert _declared().answer({"jsonrpc": "2.0", "id": 1, "method": "ping"}) == {"result": {}}
     d = _declared()
     d.notified(mcp_front.INITIALIZED)  # before initialize: the SDK opens its gate, the front steps aside
-    assert d.answer({"id": 1, "method": "initialize", "params": init}) is None
+    assert d.answer({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": init}) is None
 
 
 def test_what_is_not_json_rpc_goes_to_the_sdk_as_it_came() -> None:
@@ -500,12 +515,13 @@ def test_the_front_imports_neither_the_sdk_nor_the_pipeline() -> None:
         "if d is not None:\n"
         "    init = {'protocolVersion': '2025-06-18', 'capabilities': {}, 'clientInfo': {'name': 'x', 'version': '1'}}\n"
         "    opening = [('initialize', init), ('tools/list', {}), ('resources/list', {}),\n"
-        "               ('resources/templates/list', {}), ('prompts/list', {}), ('ping', None)]\n"
-        "    assert all(d.answer({'id': i, 'method': m, 'params': p}) for i, (m, p) in enumerate(opening))\n"
+        "               ('resources/templates/list', {}), ('prompts/list', {}), ('ping', {})]\n"
+        "    assert all(d.answer({'jsonrpc': '2.0', 'id': i, 'method': m, 'params': p})\n"
+        "               for i, (m, p) in enumerate(opening))\n"
         "    meta = {'_meta': {f.PROTOCOL_VERSION_META: d.versions.modern[-1], f.CLIENT_CAPABILITIES_META: {}}}\n"
         "    d = f.declared()\n"
         "    for m in ('server/discover', 'tools/list', 'resources/list', 'prompts/list'):\n"
-        "        assert d.answer({'id': 1, 'method': m, 'params': meta}), m\n"
+        "        assert d.answer({'jsonrpc': '2.0', 'id': 1, 'method': m, 'params': meta}), m\n"
         "bad = [m for m in sys.modules if m.split('.')[0] in ('mcp', 'mcp_types', 'pydantic', 'anyio')"
         " or m in ('mldebug_rules.diagnose', 'mldebug_rules.report')]\n"
         "assert not bad, bad\n"
