@@ -10,9 +10,11 @@ Safety, decided here and nowhere else:
   only when the server was started with ``--allow-run``; it is bounded by its timeout;
 - what comes back went through the same redaction as every report.
 
-The ``mcp`` SDK is an optional extra (``pip install "mldebug-rules[agent]"``); the core never imports this
-module. ``main`` serves through ``mcp_front``, which answers the session's opening while the SDK and the
-pipeline load in the background, so that a client gets ``initialize`` and the tool list fast.
+The tools' and resources' names, descriptions and annotations come from ``mcp_decl``, which does not
+import the SDK. The ``mcp`` SDK is an optional extra (``pip install "mldebug-rules[agent]"``); the core never
+imports this module. ``main`` serves through ``mcp_front``, which answers the session's opening from those
+declarations while the SDK and the pipeline load in the background, so that a client gets ``initialize``
+and the tool list fast.
 """
 
 # No `from __future__ import annotations`: the SDK reads the tools' signatures, whose types are local names.
@@ -26,20 +28,11 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from .errors import UsageError
+from .mcp_decl import INSTRUCTIONS, RESOURCES, SERVER_NAME, TEMPLATES, TOOLS_BY_NAME
 
 INSTALL_HINT = 'the MCP server needs the optional extra: pip install "mldebug-rules[agent]"'
-SERVER_NAME = "mldebug-rules"
 MAX_TIMEOUT_S = 6 * 3600.0  # a smoke is a few steps; a day-long "smoke" is a mistake, not a check
 PROGRESS_EVERY_S = 5.0
-TAXONOMY_URI = "mldebug://taxonomy"
-REPORT_URI = "mldebug://report/{+run_dir}"  # mldebug://report/abs/path/to/run -> /abs/path/to/run
-
-INSTRUCTIONS = """\
-Diagnoses failing ML training runs, evidence first. The loop: diagnose -> smoke_plan -> smoke_run with
-baseline=true (the unchanged command; it must reproduce the failure) -> smoke_run with the one-variable
-change -> gate. Claim a root cause only when gate says passed. smoke_run runs only the argv you pass (no
-shell), and only if the server was started with --allow-run. Paths must lie under the server's --root
-directories."""
 
 
 class Refused(UsageError):
@@ -246,6 +239,7 @@ def build_server(policy: Policy) -> Any:
     from mcp.server.mcpserver import Context, MCPServer
     from mcp.server.mcpserver.exceptions import ResourceError, ToolError
     from mcp.server.mcpserver.resources import ResourceSecurity
+    from mcp.types import ToolAnnotations
     from pydantic import Field
 
     from . import __version__
@@ -274,45 +268,47 @@ def build_server(policy: Policy) -> Any:
             # As the CLI says it (exit 1): the agent sees what broke, not only that something did.
             raise ToolError(redact(f"internal error: {type(e).__name__}: {e}")) from e
 
+    def tool(name: str) -> Any:
+        """Registers the tool as mcp_decl declares it (the parameters' types are the function's own)."""
+        decl = TOOLS_BY_NAME[name]
+        hints = ToolAnnotations.model_validate(decl.annotations())
+        return server.tool(name=name, description=decl.description, annotations=hints)
+
+    def doc(name: str, param: str) -> Any:
+        """A parameter's description and constraints, as mcp_decl declares them."""
+        p = TOOLS_BY_NAME[name].param(param)
+        return Field(description=p.description, pattern=p.pattern, min_length=p.min_length)
+
     Paths = Annotated[list[str], Field(default_factory=list)]
 
-    @server.tool(description="Diagnose run directories, logs and bundles; the JSON report (schema v1).")
+    @tool("diagnose")
     async def diagnose(
         run_dirs: Paths,
         logs: Paths,
         kernel_logs: Paths,
         bundles: Paths,
-        offline: Annotated[
-            bool, Field(description="read only what was named; never probe the machine")
-        ] = False,
+        offline: Annotated[bool, doc("diagnose", "offline")] = False,
     ) -> dict[str, Any]:
         return await call(diagnose_report, policy, run_dirs, logs, kernel_logs, bundles, offline)
 
-    @server.tool(
-        description="The smoke pair (baseline, then the one-variable change) that would settle the leading "
-        "hypotheses, or the one named; commands are shown, never run."
-    )
+    @tool("smoke_plan")
     async def smoke_plan(
         run_dir: str,
         hypothesis: str | None = None,
-        cmd: Annotated[str | None, Field(description="the run's command line when the logs lack it")] = None,
+        cmd: Annotated[str | None, doc("smoke_plan", "cmd")] = None,
     ) -> dict[str, Any]:
         return await call(plan_json, policy, run_dir, hypothesis, cmd)
 
-    @server.tool(
-        description="Run one half of a smoke pair: baseline=true for the unchanged command (it must reproduce "
-        "the failure), else the one-variable change. argv is run as given, without a shell, and killed "
-        "after timeout_s. Needs a server started with --allow-run."
-    )
+    @tool("smoke_run")
     async def smoke_run(
         run_dir: str,
         hypothesis: str,
-        argv: Annotated[list[str], Field(description="the command and its arguments; no shell")],
+        argv: Annotated[list[str], doc("smoke_run", "argv")],
         ctx: Context,
         baseline: bool = False,
         timeout_s: float = 600.0,
         smoke: str = "",
-        control: Annotated[str | None, Field(description="NAME=VALUE: a control run")] = None,
+        control: Annotated[str | None, doc("smoke_run", "control")] = None,
     ) -> dict[str, Any]:
         try:
             _check_run(policy, argv, timeout_s)  # refuse before anything else happens
@@ -352,42 +348,40 @@ def build_server(policy: Policy) -> Any:
             raise error
         return out
 
-    @server.tool(
-        description="Record a check run by hand; kept as `recorded`, counted by the gate only when trusted."
-    )
+    @tool("smoke_record")
     async def smoke_record(
         run_dir: str,
         hypothesis: str,
-        outcome: Annotated[str, Field(pattern="^(confirmed|refuted|inconclusive)$")],
-        note: Annotated[str, Field(min_length=1, description="what was run by hand, and what it showed")],
+        outcome: Annotated[str, doc("smoke_record", "outcome")],
+        note: Annotated[str, doc("smoke_record", "note")],
         smoke: str = "",
     ) -> dict[str, Any]:
         return await call(record_result, policy, run_dir, hypothesis, outcome, note, smoke)
 
-    @server.tool(
-        description="Is the claimed cause smoke-confirmed? passed, the reason, and the missing half of the pair."
-    )
+    @tool("gate")
     async def gate(run_dir: str, claim: str, trust_recorded: bool = False) -> dict[str, Any]:
         return await call(gate_result, policy, run_dir, claim, trust_recorded)
 
-    @server.tool(description="The rule ids and the hypothesis ids, with their titles.")
+    @tool("rules_list")
     async def rules_list() -> dict[str, Any]:
         return await call(rules_index)
 
-    @server.resource(TAXONOMY_URI, name="taxonomy", mime_type="application/yaml")
+    (tax,) = RESOURCES
+    (rep,) = TEMPLATES
+
+    @server.resource(tax.uri or "", name=tax.name, description=tax.description, mime_type=tax.mime_type)
     def taxonomy() -> str:
-        """The diagnosis ids (hypotheses) and what each claims."""
         return taxonomy_text()
 
     @server.resource(
-        REPORT_URI,
-        name="report",
-        mime_type="application/json",
+        rep.uri_template or "",
+        name=rep.name,
+        description=rep.description,
+        mime_type=rep.mime_type,
         # The SDK refuses absolute paths in template parameters by default; the roots decide here instead.
         security=ResourceSecurity(exempt_params={"run_dir"}),
     )
     async def report(run_dir: str) -> str:
-        """The latest report of a run directory (diagnosed offline now, with the smokes recorded so far)."""
         path = "/" + run_dir.lstrip("/")
         try:
             data = await call(diagnose_report, policy, [path], offline=True)

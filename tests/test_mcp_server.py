@@ -2,7 +2,8 @@
 
 - over stdio (`mldebug-rules mcp` as a subprocess): diagnose a fixture copy -> plan -> baseline -> change ->
   gate, the report resource, and the Stop hook on a Claude Code transcript before and after the pair, with
-  the opening answered by the server's front before the SDK is imported (test_mcp_front.py tests the front);
+  the opening of this first session answered by the server's front before the SDK is imported
+  (test_mcp_front.py tests the front, test_mcp_declared.py its answers against the SDK's);
 - in process (the SDK's in-memory transport): every refusal (no --allow-run, outside the roots, through a
   symlink or `..`, an argv that is not a list, a bad timeout, an unknown id), progress notifications and the
   timeout of a long smoke, secrets redacted, and no command from a log ever run;
@@ -94,11 +95,6 @@ def test_diagnose_plan_pair_gate_over_stdio(tmp_path: Path) -> None:
             cwd=str(tmp_path),
         )
 
-    async def opening() -> None:  # an earlier session: the SDK's answers to the opening are recorded
-        async with Client(params()) as c:
-            await c.list_tools()
-
-    anyio.run(opening)
     transcript = tmp_path / "transcript.jsonl"
     transcript.write_text(
         json.dumps({"type": "user", "message": {"role": "user", "content": "why did it die?"}})
@@ -118,7 +114,8 @@ def test_diagnose_plan_pair_gate_over_stdio(tmp_path: Path) -> None:
     )
 
     async def main() -> None:
-        # The front answers the opening, loading the SDK only for the first tool call (MLDEBUG_MCP_FRONT_LOG).
+        # A first session (an empty cache): the front answers the opening from the server's declarations,
+        # loading the SDK only for the first tool call (MLDEBUG_MCP_FRONT_LOG).
         async with Client(params(MLDEBUG_MCP_FRONT_LOG=str(front_log))) as c:
             tools = {t.name: t for t in (await c.list_tools()).tools}
             assert set(tools) == {"diagnose", "smoke_plan", "smoke_run", "smoke_record", "gate", "rules_list"}
@@ -206,7 +203,7 @@ def test_diagnose_plan_pair_gate_over_stdio(tmp_path: Path) -> None:
     events = [json.loads(line) for line in front_log.read_text().splitlines()]
     answered = [e for e in events if e["event"] == "answered"]
     assert [e["method"] for e in answered] == ["server/discover", "tools/list"]
-    assert not any(e["sdk_imported"] for e in answered)
+    assert all(e["source"] == "declared" and not e["sdk_imported"] for e in answered)
     assert [e["same"] for e in events if e["event"] == "verified"] == [True, True]
 
 
@@ -277,9 +274,10 @@ def test_paths_outside_the_roots_are_refused(oom: Path, tmp_path: Path) -> None:
             assert "outside the server's roots" in _error(await c.call_tool("diagnose", glob_in_root))
             (root / "node0.mldebug.json").unlink()
             log = str(Path(bad) / "train.log")
-            assert "outside the server's roots" in _error(
-                await c.call_tool("diagnose", {"logs": [log], "offline": True})
-            )
+            for kind in ("logs", "kernel_logs"):
+                assert "outside the server's roots" in _error(
+                    await c.call_tool("diagnose", {kind: [log], "offline": True})
+                ), kind
             with pytest.raises(Exception, match="outside the server's roots"):
                 await c.read_resource(report_uri(bad))
         # Inside the roots the same calls work.
@@ -295,6 +293,10 @@ def test_bad_arguments_are_refused(oom: Path) -> None:
         # argv is a list: a string (a shell command line) is not accepted, and there is no default command.
         shell = {"run_dir": run, "hypothesis": "gpu_oom", "argv": "python train.py; rm -rf /"}
         assert _error(await c.call_tool("smoke_run", shell))
+        for argv in ([sys.executable, ""], [sys.executable, 1]):  # every item a non-empty string
+            assert _error(
+                await c.call_tool("smoke_run", {"run_dir": run, "hypothesis": "gpu_oom", "argv": argv})
+            )
         assert "argv" in _error(
             await c.call_tool("smoke_run", {"run_dir": run, "hypothesis": "gpu_oom", "argv": []})
         )
@@ -310,6 +312,8 @@ def test_bad_arguments_are_refused(oom: Path) -> None:
         )
         no_note = {"run_dir": run, "hypothesis": "gpu_oom", "outcome": "confirmed", "note": ""}
         assert _error(await c.call_tool("smoke_record", no_note))
+        maybe = {"run_dir": run, "hypothesis": "gpu_oom", "outcome": "maybe", "note": "ran it"}
+        assert "outcome" in _error(await c.call_tool("smoke_record", maybe))
         assert "nothing to diagnose" in _error(await c.call_tool("diagnose", {"offline": True}))
         assert "no such run directory" in _error(
             await c.call_tool("gate", {"run_dir": run + "-x", "claim": "gpu_oom"})
