@@ -4,10 +4,10 @@ Named formats stay data in metric_lines.yaml; this reads the rest. A line gives 
 
 - pairs ``name: v``, ``name=v``, ``name v``, ``'name': v`` (quoted numbers too) and ``name v (avg)`` (the
   running average in parentheses is left alone: the current value is the datapoint);
-- a name may carry one qualifier word (``train loss``, ``val loss``, ``grad norm``, ``max mem``);
+- a name may carry up to two qualifier words (``train loss``, ``grad norm``, ``data loading time``);
 - numbers in scientific notation, with thousands separators (``3,456``), ``nan``/``inf``, and a unit: times
   (``ms``/``us``/``s``) are read in seconds, memory (``KB``..``TB``, ``KiB``..``TiB``, and a bare ``M``/``G`` on a
-  memory name) in MiB, ``%`` as the number itself;
+  memory name) in MiB, ``%`` as the number itself; the unit may follow one space after the number (``412 ms``);
 - rates written after the number (``11,000 tok/s``, ``980 samples/s``, ``4.1it/s``, ``5.9 (6.0) Hz``) as
   ``throughput``;
 - counters (``step``, ``iter``, ``iteration``, ``global_step``, ``num_updates``, ``epoch`` with ``[i/n]`` or
@@ -30,18 +30,21 @@ from typing import Any
 
 _QUAL = (
     r"(?:train|training|val|valid|validation|eval|test|dev|avg|average|mean|running|max|min|peak|grad|"
-    r"gradient|loss|data|batch|step|iter|lm|total|global|gpu|cuda|elapsed|learning|epoch)"
+    r"gradient|loss|data|batch|step|iter|lm|total|global|gpu|cuda|elapsed|learning|epoch|loading|wait)"
 )
 # Prose prints ("average training loss is 2.01", "val loss was 0.9"): the linking verb joins, it is no name.
 _LINK = r"(?:is|was|are|were|now|became)"
 _NUMTOK = r"[-+]?(?:nan|inf(?:inity)?|\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?)"
-# A name is a word (letters first; `@ / . -` allowed inside: Acc@1, train/loss), with an optional qualifier
-# word before it. The number must end the token: `eta: 0:30:00`, `1875/1875` and `trainer.py:412` are not pairs.
+# A name is a word (letters first; `@ / . -` allowed inside: Acc@1, train/loss), with up to two qualifier
+# words before it ("data loading time"). The number must end the token: `eta: 0:30:00`, `1875/1875` and
+# `trainer.py:412` are not pairs.
 _PAIR = re.compile(
-    rf"(?<![\w./@-])['\"]?(?P<name>(?:{_QUAL}[ ](?=[A-Za-z]))?(?!{_LINK}\s)[A-Za-z][\w./@-]*)['\"]?"
+    rf"(?<![\w./@-])['\"]?(?P<name>(?:{_QUAL}[ ](?=[A-Za-z])){{0,2}}(?!{_LINK}\s)[A-Za-z][\w./@-]*)['\"]?"
     rf"(?:\s*[:=]\s*|\s+(?:{_LINK}\s+)?)['\"]?(?P<num>{_NUMTOK})['\"]?"
     # a time may be per iteration ("0.385s/it", "12ms/step"): still seconds of that iteration
-    r"(?P<unit>ms|us|s|%|[KMGT]i?B|[KMGT](?![A-Za-z]))?(?:(?<=s)/(?:it|iter|step|batch))?(?![\w.:/])",
+    # a unit may follow after one space ("412 ms", "30.5 GiB"); a bare K/M/G/T multiplier only right after it
+    r"(?:[ ]?(?P<unit>ms|us|s|%|[KMGT]i?B)|(?P<bare>[KMGT])(?![A-Za-z]))?(?:(?<=s)/(?:it|iter|step|batch))?"
+    r"(?![\w.:/])",
     re.I,
 )
 _RATE = re.compile(
@@ -152,7 +155,7 @@ def _analyse(text: str) -> tuple[dict[str, tuple[_Span, ...]], list[tuple[_Span,
             continue
         names.add(name)
         head_end = m.start() if head_end < 0 else head_end
-        pairs.append((m.span("name"), m.span("num"), m.group("unit") or ""))
+        pairs.append((m.span("name"), m.span("num"), m.group("unit") or m.group("bare") or ""))
     if ("/s" in text or "Hz" in text) and "throughput" not in names:
         rate = _RATE.search(text)
         if rate is not None:

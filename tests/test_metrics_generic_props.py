@@ -32,6 +32,8 @@ _NAMES = [
     "grad norm",
     "val loss",
     "avg reward",
+    "data loading time",
+    "avg train loss",
     "step_time",
     "epoch_time",
     "lr_step",
@@ -75,7 +77,7 @@ def _pair(draw: st.DrawFn, name: str) -> tuple[str, float, str]:
             name = draw(st.sampled_from(names))
             unit = draw(st.sampled_from(sorted(units)))
             value *= units[unit]
-    num = raw + unit
+    num = raw + (draw(st.sampled_from(["", " "])) if unit else "") + unit  # "412ms" or "412 ms"
     spelling = draw(st.sampled_from(["colon", "eq", "space", "quoted", "quoted_num", "avg"]))
     if spelling == "avg":  # the running average in parentheses is not the datapoint
         avg = draw(st.sampled_from(["0.5", "1.234e+00", "nan", "12,345"]))
@@ -164,3 +166,16 @@ def test_a_file_learns_its_names_and_without_a_counter_uses_line_order(
     assert s.values == [float(f"{v / 2:.4f}") for v in losses] and s.steps == want_x
     assert ss.series["loss"].values[1:] == [float(f"{v:.4f}") for v in losses]
     assert ss.step_kind == ("step" if counted else "entry")
+
+
+def test_an_averaged_name_is_its_series() -> None:
+    """Prose prints of per-epoch averages ("average training loss is ...") are the loss and val loss."""
+    ss = parse_text_lines(
+        "".join(
+            f"In epoch {e}, average training loss is {2.0 - e / 10:.4f}, average training acc is {0.3 + e / 50:.2f}.\n"
+            f"In epoch {e}, average validation loss is {1.5 - e / 20:.4f}, average validation acc is 0.5.\n"
+            for e in range(6)
+        )
+    )
+    assert ss.series["loss"].values[:2] == [2.0, 1.9] and ss.series["val_loss"].values[:2] == [1.5, 1.45]
+    assert "acc" in ss.series and "val_acc" in ss.series
