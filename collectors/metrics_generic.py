@@ -44,7 +44,8 @@ _PAIR = re.compile(
     # a time may be per iteration ("0.385s/it", "12ms/step"): still seconds of that iteration
     # a unit may follow after one space ("412 ms", "30.5 GiB"); a bare K/M/G/T multiplier only right after it
     r"(?:[ ]?(?P<unit>ms|us|s|%|[KMGT]i?B)|(?P<bare>[KMGT])(?![A-Za-z]))?(?:(?<=s)/(?:it|iter|step|batch))?"
-    r"(?![\w.:/])",
+    # a sentence's full stop may end the number ("acc is 0.5."), a dotted version may not ("1.2.3")
+    r"(?![\w:/]|\.\w)",
     re.I,
 )
 _RATE = re.compile(
