@@ -175,3 +175,30 @@ def test_the_fp16_failures_begin_with_a_loss_scale_search() -> None:
     deepspeed = (FIXTURES / "curves_deepspeed_fp16_skipped" / "train.log").read_text().splitlines()
     first_step = next(i for i, ln in enumerate(deepspeed) if "] step=" in ln)
     assert sum("Attempted loss scale" in ln for ln in deepspeed[:first_step]) >= 2
+
+
+@pytest.mark.parametrize(
+    "fixture",
+    [p for p in CURVES if p.name not in ("curves_hf_early_stopping", "curves_torchvision_leak_oom")],
+    ids=lambda p: p.name,
+)
+def test_a_failing_curve_that_reached_its_last_step_is_still_the_failure(
+    fixture: Path, kb: KnowledgeBase, tmp_path: Path
+) -> None:
+    """completed_normally only with healthy curves: the same run ending in its framework's completion line is
+    still reported as its failure, the normal end below it."""
+    import shutil
+
+    run = tmp_path / fixture.name
+    shutil.copytree(fixture, run)
+    logs = sorted(
+        (p for p in run.rglob("*") if p.suffix in (".log", ".out", ".txt") and p.name != "nvidia-smi.txt"),
+        key=lambda p: p.stat().st_size,
+    )
+    log = logs[-1] if logs else run / "train.log"
+    with log.open("a") as fh:
+        fh.write("Training completed. Do not forget to share your model on huggingface.co/models =)\n")
+    expected = yaml.safe_load((fixture / "expected.yaml").read_text())["diagnosis"]
+    rep = diagnose_dir(run, kb=kb)
+    ids = [h["id"] for h in rep["hypotheses"]]
+    assert ids[0] == expected and rep["verdict"] != "no_failure", ids
