@@ -88,6 +88,10 @@ _NOT_METRICS = re.compile(
 )
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # colour codes (torchtitan, rich) would glue onto the names
 _MEM_NAME = re.compile(r"mem|alloc", re.I)
+# A data wait printed as a share of the step ("dataloader: 61%", "data wait 58.2%"): the data share itself.
+_DATA_SHARE_NAME = re.compile(
+    r"^(?:data|dataloader|data[ _]?load(?:er|ing)?)(?:[ _](?:wait|time|share))?$", re.I
+)
 _TIME_UNITS = {"ms": 1e-3, "us": 1e-6, "s": 1.0}
 _BYTES = {"k": 1.0 / 1024, "m": 1.0, "g": 1024.0, "t": 1024.0 * 1024}
 _PLAIN_MULT = {"k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
@@ -113,6 +117,10 @@ def _scaled(name: str, value: float, unit: str) -> float:
     if _MEM_NAME.search(name):  # detectron2's "max_mem: 5678M"
         return value * _BYTES[u[0]]
     return value * _PLAIN_MULT[u[0]]  # "12.5M tokens"
+
+
+def _share_name(name: str, unit: str) -> str:
+    return "data_share_pct" if unit == "%" and _DATA_SHARE_NAME.match(name) else name
 
 
 def _x(counters: dict[str, tuple[int, int | None, int | None, int | None]]) -> float | None:
@@ -183,7 +191,7 @@ def parse_slow(text: str) -> tuple[dict[str, float], dict[str, float]]:
     counters, pairs, val = _analyse(text)
     out: dict[str, float] = {}
     for (ns, ne), (vs, ve), unit in pairs:
-        name = text[ns:ne] if ns >= 0 else "throughput"
+        name = _share_name(text[ns:ne], unit) if ns >= 0 else "throughput"
         value = _number(text[vs:ve])
         if value is not None:
             out[name] = _scaled(name, value, unit)
@@ -268,6 +276,8 @@ def _plan(text: str, parts: list[str]) -> Any:
             return _UNCACHEABLE
         # a name without digits is replayed as is; one with digits from its pieces
         name: str | _Name = pieces[0] if len(pieces) == 1 and isinstance(pieces[0], str) else pieces
+        if isinstance(name, str):
+            name = _share_name(name, unit)
         sign = 1.0
         if text[vs] in "+-":
             sign = -1.0 if text[vs] == "-" else 1.0

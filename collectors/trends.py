@@ -894,6 +894,8 @@ def _profile_share(ss: SeriesSet, p: Mapping[str, float]) -> list[Trend]:
     if data is not None and compute is not None and data.values[-1] + compute.values[-1] > 0:
         share = data.values[-1] / (data.values[-1] + compute.values[-1])
         src, s = "profiler: train_dataloader_next vs run_training_batch total time", data
+    elif pct is not None and len(pct.finite()[1]) >= p["curve_min_points"]:
+        return _pct_share(pct, p)  # a share logged step by step ("dataloader: 61%"): its median after warm-up
     elif pct is not None and math.isfinite(pct.values[-1]):
         share = pct.values[-1] / 100.0
         src, s = "profiler: the DataLoader row's CPU total %", pct
@@ -913,6 +915,28 @@ def _profile_share(ss: SeriesSet, p: Mapping[str, float]) -> list[Trend]:
             points=1,
             line=s.lines[-1],
             note=f"{share:.0%} of the profiled time spent waiting for data ({src})",
+        )
+    ]
+
+
+def _pct_share(pct: Series, p: Mapping[str, float]) -> list[Trend]:
+    xs, ys = pct.finite()
+    skip = max(1, len(ys) // 10)  # the first batches wait for workers to start
+    share = _med(ys[skip:]) / 100.0
+    if share < p["data_wait_share"]:
+        return []
+    return [
+        Trend(
+            "data_time",
+            "data_wait",
+            value=round(share, 4),
+            step=_i(xs[skip]),
+            window_start=_i(xs[skip]),
+            window_end=_i(xs[-1]),
+            points=len(ys) - skip,
+            line=pct.line_at(xs[-1]),
+            note=f"median {share:.0%} of step time spent waiting for data over steps {_i(xs[skip])}..{_i(xs[-1])} "
+            "(the logged data share)",
         )
     ]
 

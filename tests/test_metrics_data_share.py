@@ -33,6 +33,10 @@ _WAIT_LOGS: dict[str, Callable[[float], str]] = {  # wait (s per step) -> log
         f"step={s} loss={_loss(s):.3f} data_wait_time={w + (s % 3) / 1000:.3f} iter_time=0.600\n"
         for s in _STEPS
     ),
+    # the wait printed as its share of a 0.6 s step
+    "data_share_percent": lambda w: "".join(
+        f"step {s} | loss {_loss(s):.3f} | dataloader: {100 * w / 0.6 + s % 3:.1f}%\n" for s in _STEPS
+    ),
     "data_beside_compute": lambda w: "".join(
         f"step {s} | loss {_loss(s):.3f} | data {w:.2f}s | compute 0.20s\n" for s in _STEPS
     ),
