@@ -4,10 +4,10 @@ Named formats stay data in metric_lines.yaml; this reads the rest. A line gives 
 
 - pairs ``name: v``, ``name=v``, ``name v``, ``'name': v`` (quoted numbers too) and ``name v (avg)`` (the
   running average in parentheses is left alone: the current value is the datapoint);
-- a name may carry one qualifier word (``train loss``, ``val loss``, ``grad norm``, ``max mem``);
+- a name may carry up to two qualifier words (``train loss``, ``grad norm``, ``data loading time``);
 - numbers in scientific notation, with thousands separators (``3,456``), ``nan``/``inf``, and a unit: times
   (``ms``/``us``/``s``) are read in seconds, memory (``KB``..``TB``, ``KiB``..``TiB``, and a bare ``M``/``G`` on a
-  memory name) in MiB, ``%`` as the number itself;
+  memory name) in MiB, ``%`` as the number itself; the unit may follow one space after the number (``412 ms``);
 - rates written after the number (``11,000 tok/s``, ``980 samples/s``, ``4.1it/s``, ``5.9 (6.0) Hz``) as
   ``throughput``;
 - counters (``step``, ``iter``, ``iteration``, ``global_step``, ``num_updates``, ``epoch`` with ``[i/n]`` or
@@ -30,18 +30,22 @@ from typing import Any
 
 _QUAL = (
     r"(?:train|training|val|valid|validation|eval|test|dev|avg|average|mean|running|max|min|peak|grad|"
-    r"gradient|loss|data|batch|step|iter|lm|total|global|gpu|cuda|elapsed|learning|epoch)"
+    r"gradient|loss|data|batch|step|iter|lm|total|global|gpu|cuda|elapsed|learning|epoch|loading|wait)"
 )
 # Prose prints ("average training loss is 2.01", "val loss was 0.9"): the linking verb joins, it is no name.
 _LINK = r"(?:is|was|are|were|now|became)"
 _NUMTOK = r"[-+]?(?:nan|inf(?:inity)?|\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?)"
-# A name is a word (letters first; `@ / . -` allowed inside: Acc@1, train/loss), with an optional qualifier
-# word before it. The number must end the token: `eta: 0:30:00`, `1875/1875` and `trainer.py:412` are not pairs.
+# A name is a word (letters first; `@ / . -` allowed inside: Acc@1, train/loss), with up to two qualifier
+# words before it ("data loading time"). The number must end the token: `eta: 0:30:00`, `1875/1875` and
+# `trainer.py:412` are not pairs.
 _PAIR = re.compile(
-    rf"(?<![\w./@-])['\"]?(?P<name>(?:{_QUAL}[ ](?=[A-Za-z]))?(?!{_LINK}\s)[A-Za-z][\w./@-]*)['\"]?"
+    rf"(?<![\w./@-])['\"]?(?P<name>(?:{_QUAL}[ ](?=[A-Za-z])){{0,2}}(?!{_LINK}\s)[A-Za-z][\w./@-]*)['\"]?"
     rf"(?:\s*[:=]\s*|\s+(?:{_LINK}\s+)?)['\"]?(?P<num>{_NUMTOK})['\"]?"
     # a time may be per iteration ("0.385s/it", "12ms/step"): still seconds of that iteration
-    r"(?P<unit>ms|us|s|%|[KMGT]i?B|[KMGT](?![A-Za-z]))?(?:(?<=s)/(?:it|iter|step|batch))?(?![\w.:/])",
+    # a unit may follow after one space ("412 ms", "30.5 GiB"); a bare K/M/G/T multiplier only right after it
+    r"(?:[ ]?(?P<unit>ms|us|s|%|[KMGT]i?B)|(?P<bare>[KMGT])(?![A-Za-z]))?(?:(?<=s)/(?:it|iter|step|batch))?"
+    # a sentence's full stop may end the number ("acc is 0.5."), a dotted version may not ("1.2.3")
+    r"(?![\w:/]|\.\w)",
     re.I,
 )
 _RATE = re.compile(
@@ -84,6 +88,10 @@ _NOT_METRICS = re.compile(
 )
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # colour codes (torchtitan, rich) would glue onto the names
 _MEM_NAME = re.compile(r"mem|alloc", re.I)
+# A data wait printed as a share of the step ("dataloader: 61%", "data wait 58.2%"): the data share itself.
+_DATA_SHARE_NAME = re.compile(
+    r"^(?:data|dataloader|data[ _]?load(?:er|ing)?)(?:[ _](?:wait|time|share))?$", re.I
+)
 _TIME_UNITS = {"ms": 1e-3, "us": 1e-6, "s": 1.0}
 _BYTES = {"k": 1.0 / 1024, "m": 1.0, "g": 1024.0, "t": 1024.0 * 1024}
 _PLAIN_MULT = {"k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
@@ -109,6 +117,10 @@ def _scaled(name: str, value: float, unit: str) -> float:
     if _MEM_NAME.search(name):  # detectron2's "max_mem: 5678M"
         return value * _BYTES[u[0]]
     return value * _PLAIN_MULT[u[0]]  # "12.5M tokens"
+
+
+def _share_name(name: str, unit: str) -> str:
+    return "data_share_pct" if unit == "%" and _DATA_SHARE_NAME.match(name) else name
 
 
 def _x(counters: dict[str, tuple[int, int | None, int | None, int | None]]) -> float | None:
@@ -152,7 +164,7 @@ def _analyse(text: str) -> tuple[dict[str, tuple[_Span, ...]], list[tuple[_Span,
             continue
         names.add(name)
         head_end = m.start() if head_end < 0 else head_end
-        pairs.append((m.span("name"), m.span("num"), m.group("unit") or ""))
+        pairs.append((m.span("name"), m.span("num"), m.group("unit") or m.group("bare") or ""))
     if ("/s" in text or "Hz" in text) and "throughput" not in names:
         rate = _RATE.search(text)
         if rate is not None:
@@ -179,7 +191,7 @@ def parse_slow(text: str) -> tuple[dict[str, float], dict[str, float]]:
     counters, pairs, val = _analyse(text)
     out: dict[str, float] = {}
     for (ns, ne), (vs, ve), unit in pairs:
-        name = text[ns:ne] if ns >= 0 else "throughput"
+        name = _share_name(text[ns:ne], unit) if ns >= 0 else "throughput"
         value = _number(text[vs:ve])
         if value is not None:
             out[name] = _scaled(name, value, unit)
@@ -264,6 +276,8 @@ def _plan(text: str, parts: list[str]) -> Any:
             return _UNCACHEABLE
         # a name without digits is replayed as is; one with digits from its pieces
         name: str | _Name = pieces[0] if len(pieces) == 1 and isinstance(pieces[0], str) else pieces
+        if isinstance(name, str):
+            name = _share_name(name, unit)
         sign = 1.0
         if text[vs] in "+-":
             sign = -1.0 if text[vs] == "-" else 1.0

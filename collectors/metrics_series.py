@@ -67,6 +67,8 @@ _ALIASES: dict[str, tuple[str, ...]] = {
         "accuracy",
         "train_acc",
         "train_accuracy",
+        "training_acc",
+        "training_accuracy",
         "categorical_accuracy",
         "sparse_categorical_accuracy",
     ),
@@ -171,6 +173,7 @@ _CANON = {alias: name for name, aliases in _ALIASES.items() for alias in aliases
 _PREFIX = re.compile(r"^(?:train|training)[/.]")
 _VAL_PREFIX = re.compile(r"^(?:val|eval|valid|validation)[/.]")
 _SEP = re.compile(r"[^a-z0-9]+")
+_AVERAGED = re.compile(r"^(?:avg|average|mean|running|smoothed)_(?=[a-z])")
 _NUM = re.compile(r"^[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 
 
@@ -183,7 +186,12 @@ def canonical(name: str) -> str:
     key = _SEP.sub("_", low).strip("_")
     if val:
         return "val_" + key if key != "loss" else "val_loss"
-    return _CANON.get(key, key)
+    hit = _CANON.get(key)
+    if hit is None and _AVERAGED.match(key):
+        # "average training loss", "mean val loss": a logged average is the series itself
+        rest = canonical(_AVERAGED.sub("", key))
+        return rest if rest in _ALIASES else key
+    return hit or key
 
 
 def to_float(text: str | float | int | None) -> float | None:

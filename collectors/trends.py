@@ -9,7 +9,7 @@ one fires from the parameter's description alone.
 >>> ss = SeriesSet("t")
 >>> for i in range(40): ss.add("loss", i, 2.3026 + (0.001 if i % 2 else -0.001))
 >>> [(t.trend, t.note[:30]) for t in detect(ss)]
-[('plateau', 'loss flat at 2.303 over steps '), ('chance_level', 'loss ~= ln(10) = 2.3026: chanc')]
+[('plateau', 'loss frozen at 2.303 over step'), ('chance_level', 'loss ~= ln(10) = 2.3026: chanc')]
 """
 
 from __future__ import annotations
@@ -29,9 +29,13 @@ DEFAULTS: dict[str, float] = {
     "nan_sudden_min_points": 3,
     "nan_rise_factor": 1.5,
     "nan_lr_rising_points": 5,
+    "nan_rise_min_points": 6,
     "diverge_rise_factor": 3.0,
     "diverge_grad_factor": 2.0,
+    "short_rise_min_points": 4,
+    "short_rise_factor": 30.0,
     "spike_factor": 4.0,
+    "spike_min_points": 10,
     "plateau_rel_range": 0.03,
     "plateau_min_drop": 0.05,
     "stuck_rel_tol": 0.02,
@@ -48,10 +52,12 @@ DEFAULTS: dict[str, float] = {
     "mem_min_points": 20,
     "mem_rising_stretches": 0.7,
     "mem_monotone_points": 6,
+    "mem_saturation_share": 0.3,
     "throughput_drop_frac": 0.3,
     "throughput_decay_stretches": 0.6,
     "throughput_decay_step": 0.02,
     "throughput_decay_min_drop": 0.15,
+    "throughput_decay_min_stretches": 4,
     "data_wait_share": 0.4,
     "skipped_steps_min": 10,
     "loss_scale_collapse_factor": 256.0,
@@ -59,6 +65,7 @@ DEFAULTS: dict[str, float] = {
 }
 STOP_PRIORITY = {"early_stopping": 3, "max_steps": 2, "completed": 1, "": 0}
 _ROUND_CLASSES = (2, 3, 4, 5, 10, 20, 100, 200, 1000)
+_MAX_CLASSES = 1000  # ln(k) is read as a chance level for k in 2..1000 (chance_abs_tol's description)
 
 
 @dataclass
@@ -101,7 +108,7 @@ def chance_classes(value: float, tol: float) -> int | None:
     Neighbouring k are close for large k, so round counts (10, 100, 1000) win within the tolerance."""
     if not math.isfinite(value) or value <= 0:
         return None
-    fits = [k for k in range(2, 1001) if abs(math.log(k) - value) <= tol]
+    fits = [k for k in range(2, _MAX_CLASSES + 1) if abs(math.log(k) - value) <= tol]
     if not fits:
         return None
     rounds = [k for k in fits if k in _ROUND_CLASSES]
@@ -281,7 +288,7 @@ def _nan_precursors(loss: Series | None, lr: Series | None, p: Mapping[str, floa
     xs, ys = loss.finite()
     pre = [(x, y) for x, y in zip(xs, ys, strict=False) if x < step]
     out: list[Trend] = []
-    if len(pre) >= 6:
+    if len(pre) >= p["nan_rise_min_points"]:
         tail = [y for _, y in pre[-3:]]
         ref = [y for _, y in pre[-23:-3]]
         lo = min(ref)
@@ -325,17 +332,17 @@ def _nan_precursors(loss: Series | None, lr: Series | None, p: Mapping[str, floa
 
 
 def _short_blowup(loss: Series, p: Mapping[str, float]) -> list[Trend]:
-    """A short log (a handful of epochs) whose loss climbs at each of its last three points to ten times
-    diverge_rise_factor its minimum: too few points for the window detector, too steep to be noise."""
+    """A short log (a handful of epochs) whose loss climbs at each of its last three points to short_rise_factor
+    times its minimum: too few points for the window detector, too steep to be noise."""
     xs, ys = loss.finite()
-    if not 4 <= len(ys) < p["curve_min_points"]:
+    if not p["short_rise_min_points"] <= len(ys) < p["curve_min_points"]:
         return []
     lo = min(range(len(ys)), key=lambda i: ys[i])
     tail = ys[-3:]
     if lo >= len(ys) - 1 or ys[lo] <= 0 or not all(b > a for a, b in pairwise(tail)):
         return []
     rise = ys[-1] / ys[lo]
-    if rise < 10 * p["diverge_rise_factor"]:
+    if rise < p["short_rise_factor"]:
         return []
     return [
         Trend(
@@ -410,7 +417,7 @@ def _spike(loss: Series, p: Mapping[str, float]) -> list[Trend]:
     xs, ys = loss.finite()
     best: tuple[float, int] | None = None
     count = 0
-    for i in range(10, len(ys) - 2):
+    for i in range(max(1, int(p["spike_min_points"])), len(ys) - 2):
         ref = _med(ys[max(0, i - 20) : i])
         if ref > 0 and ys[i] >= p["spike_factor"] * ref and _med(ys[i + 1 : i + 4]) < 2 * ref:
             count += 1
@@ -623,7 +630,11 @@ def _loss_scale(scale: Series | None, skipped: Series | None, p: Mapping[str, fl
             top = max(range(len(ys) - len(post), len(ys)), key=lambda i: ys[i])
             factor = ys[top] / final if final > 0 else math.inf
             fell_after_search = top < len(ys) - 1 and factor >= p["loss_scale_collapse_factor"]
-            if at_floor or (fell_after_search and (skip_trend or skipped is None)):
+            # Without a skipped-steps counter, a scale that fell and then held is the scaler at its new level
+            # (it halves only on overflow): the fall counts only while it goes on into the last quarter.
+            still_falling = final < ys[-max(2, len(ys) // 4)]
+            going_on = bool(skip_trend) if skipped is not None else still_falling
+            if at_floor or (fell_after_search and going_on):
                 top = top if fell_after_search else max(range(len(ys)), key=lambda i: ys[i])
                 out.append(
                     Trend(
@@ -700,7 +711,7 @@ def _short_monotone_growth(mem: Series, p: Mapping[str, float]) -> list[Trend]:
     # A peak-memory counter meeting ever larger batches rises by less and less (it saturates); a leak keeps
     # adding about the same amount: the last rises must still be a good part of the average one.
     incs = [b - a for a, b in pairwise(wy)]
-    if min(incs[-2:]) < 0.3 * (sum(incs) / len(incs)):
+    if min(incs[-2:]) < p["mem_saturation_share"] * (sum(incs) / len(incs)):
         return []
     return _mem_growing(mem, wx, wy, growth, f", rising at every one of its {len(wy)} points")
 
@@ -803,7 +814,7 @@ def _throughput_decay(
     start = max(1, len(ys) // 10)
     body = ys[start:]
     k = min(8, len(body) // 2)
-    if k < 4:
+    if k < max(2, p["throughput_decay_min_stretches"]):
         return []
     size = len(body) / k
     meds = [_med(body[int(i * size) : int((i + 1) * size)]) for i in range(k)]
@@ -883,6 +894,8 @@ def _profile_share(ss: SeriesSet, p: Mapping[str, float]) -> list[Trend]:
     if data is not None and compute is not None and data.values[-1] + compute.values[-1] > 0:
         share = data.values[-1] / (data.values[-1] + compute.values[-1])
         src, s = "profiler: train_dataloader_next vs run_training_batch total time", data
+    elif pct is not None and len(pct.finite()[1]) >= p["curve_min_points"]:
+        return _pct_share(pct, p)  # a share logged step by step ("dataloader: 61%"): its median after warm-up
     elif pct is not None and math.isfinite(pct.values[-1]):
         share = pct.values[-1] / 100.0
         src, s = "profiler: the DataLoader row's CPU total %", pct
@@ -902,6 +915,28 @@ def _profile_share(ss: SeriesSet, p: Mapping[str, float]) -> list[Trend]:
             points=1,
             line=s.lines[-1],
             note=f"{share:.0%} of the profiled time spent waiting for data ({src})",
+        )
+    ]
+
+
+def _pct_share(pct: Series, p: Mapping[str, float]) -> list[Trend]:
+    xs, ys = pct.finite()
+    skip = max(1, len(ys) // 10)  # the first batches wait for workers to start
+    share = _med(ys[skip:]) / 100.0
+    if share < p["data_wait_share"]:
+        return []
+    return [
+        Trend(
+            "data_time",
+            "data_wait",
+            value=round(share, 4),
+            step=_i(xs[skip]),
+            window_start=_i(xs[skip]),
+            window_end=_i(xs[-1]),
+            points=len(ys) - skip,
+            line=pct.line_at(xs[-1]),
+            note=f"median {share:.0%} of step time spent waiting for data over steps {_i(xs[skip])}..{_i(xs[-1])} "
+            "(the logged data share)",
         )
     ]
 

@@ -208,6 +208,10 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     from . import report as rep
     from .diagnose import diagnose
 
+    if getattr(args, "plot", None):
+        from .plot import check_target
+
+        check_target(Path(args.plot))  # an unwritable plot file fails now, not after the diagnosis
     d = diagnose(_request(args))
     for w in d.warnings:  # raised while diagnosing (a pack disabled by the scanner's time bound)
         print(f"mldebug-rules: warning: {w}", file=sys.stderr)

@@ -25,6 +25,16 @@ _OVERLAID_ON = {v: k for k, v in _OVERLAYS.items()}
 _WINDOW_COLOURS = ("tab:orange", "tab:green", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan")
 
 
+def _window_colour(k: int) -> Any:
+    """The k-th window's colour: the named ones first, then evenly spaced hues (never a repeat)."""
+    if k < len(_WINDOW_COLOURS):
+        return _WINDOW_COLOURS[k]
+    import colorsys
+
+    hue = (0.13 + 0.618034 * k) % 1.0  # golden-ratio steps keep successive hues apart
+    return colorsys.hsv_to_rgb(hue, 0.75, 0.8)
+
+
 class PlotUnavailable(Exception):
     """The picture cannot be drawn here (matplotlib missing, nothing to plot)."""
 
@@ -37,12 +47,23 @@ def _payload(d: Diagnosis) -> dict[str, Any]:
 
 
 def _cited_trends(d: Diagnosis) -> list[Mapping[str, Any]]:
-    """metric.trend facts cited by the top hypotheses, best first: they say which curves matter."""
+    """metric.trend facts cited by the top hypotheses, best first: they say which curves matter. A fact that
+    several hypotheses cite (a sudden NaN: the data or the loss) is one window, drawn once."""
     out: list[Mapping[str, Any]] = []
+    seen: set[tuple[Any, ...]] = set()
     for h in d.gate.hypotheses[:3]:
         for f in h.evidence:
             if f.kind == "metric.trend" and f.attrs["trend"] != "stopped":
-                out.append({**f.attrs, "file": f.file})
+                key = (
+                    f.file,
+                    f.attrs["metric"],
+                    f.attrs["trend"],
+                    f.attrs["window_start"],
+                    f.attrs["window_end"],
+                )
+                if key not in seen:
+                    seen.add(key)
+                    out.append({**f.attrs, "file": f.file})
     return out
 
 
@@ -82,12 +103,34 @@ def choose_panels(series: Mapping[str, Any], trends: Sequence[Mapping[str, Any]]
     return panels[:MAX_PANELS]
 
 
+def check_target(out: Path) -> None:
+    """A plot file that cannot be written is a usage error, said before the diagnosis spends any time."""
+    if out.is_dir():
+        raise UsageError(f"--plot {out}: cannot write the plot: it is a directory")
+    parent = out.parent if str(out.parent) else Path(".")
+    if not parent.is_dir():
+        raise UsageError(f"--plot {out}: cannot write the plot: no directory {parent}")
+    # Opening it is the only test that holds for root, read-only mounts and /sys alike; a file this made is
+    # removed again (the picture may yet not be drawn).
+    existed = out.exists()
+    try:
+        with open(out, "ab"):
+            pass
+    except OSError as e:
+        raise UsageError(f"--plot {out}: cannot write the plot: {e.strerror or e}") from None
+    if not existed:
+        out.unlink()
+
+
 def plot_diagnosis(d: Diagnosis, out: Path) -> Path:
+    check_target(out)
     fig = figure(d)  # PlotUnavailable without matplotlib
     import matplotlib.pyplot as plt
 
     try:
-        fig.savefig(out, dpi=110)
+        # The format is named, so a file without an extension is written as named (matplotlib would otherwise
+        # add ".png" and the report would cite a file that is not there).
+        fig.savefig(out, dpi=110, format=out.suffix[1:].lower() or "png")
     except OSError as e:  # a missing directory, no permission, a directory given as the file
         raise UsageError(f"--plot {out}: cannot write the plot: {e.strerror or e}") from None
     except ValueError as e:  # an image format matplotlib does not know (--plot curves.xyz)
@@ -144,7 +187,7 @@ def figure(d: Diagnosis) -> Any:
         for k, t in enumerate(trends):
             if t["file"] != source or t["metric"] not in wanted:
                 continue
-            colour = _WINDOW_COLOURS[k % len(_WINDOW_COLOURS)]  # one colour per detected window, figure-wide
+            colour = _window_colour(k)  # one colour per detected window, figure-wide
             if t["window_start"] >= 0 and t["window_end"] > t["window_start"]:
                 ax.axvspan(t["window_start"], t["window_end"], color=colour, alpha=0.2, label=t["trend"])
             elif t["step"] >= 0:

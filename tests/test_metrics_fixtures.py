@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -122,3 +123,82 @@ def test_data_wait_combines_with_a_saved_nvidia_smi(kb: KnowledgeBase, tmp_path:
     without = diagnose_dir(bare, kb=kb)["hypotheses"][0]
     assert without["id"] == "input_pipeline_bottleneck" and without["score"] < top["score"]
     assert {e["fact"] for e in without["evidence"]} == {"metric.trend"}
+
+
+# Each format issue 16 names, its failing fixture and the parser that must have read it (the probe's detail).
+_FORMATS = {
+    "PyTorch examples Time/Data meters": ("curves_pytorch_examples_data_wait", "generic"),
+    "Keras-style": ("curves_keras_overfitting", "generic_named"),
+    "detectron2": ("curves_detectron2_stuck", "generic"),
+    "fairseq": ("curves_fairseq_fp16_collapse", "generic"),
+    "mmengine": ("curves_mmengine_leak", "mmengine_epoch"),
+    "timm": ("curves_timm_data_wait", "timm"),
+    "plain prints": ("curves_plain_prints_overfitting", "generic"),
+    "HF Trainer log dicts": ("curves_hf_logdict_divergence", "hf_dict"),
+    "HF trainer_state.json": ("curves_hf_state_nan_first", "trainer_state"),
+    "Lightning progress bar": ("curves_lightning_bar_chance", "lightning_bar"),
+    "Lightning CSVLogger": ("curves_lightning_csv_overfitting", "csv"),
+    "Megatron fp16 with a loss-scale search": ("curves_megatron_fp16_overflow", "megatron"),
+    "DeepSpeed fp16 with a loss-scale search": ("curves_deepspeed_fp16_skipped", "deepspeed_step"),
+    "torchvision references": ("curves_torchvision_chance", "torchvision"),
+}
+
+
+@pytest.mark.parametrize("fmt", sorted(_FORMATS))
+def test_each_named_format_has_a_traceback_free_fixture_read_by_its_parser(
+    fmt: str, kb: KnowledgeBase
+) -> None:
+    from mldebug_rules.diagnose import Request, diagnose
+
+    name, parser = _FORMATS[fmt]
+    fixture = FIXTURES / name
+    texts = [p.read_bytes().decode("utf-8", "replace") for p in fixture.rglob("*") if p.is_file()]
+    assert not any("Traceback (most recent call last)" in t for t in texts), (
+        fmt
+    )  # every file, whatever its name
+    d = diagnose(Request(run_dirs=[fixture], offline=True), kb=kb)
+    metrics = next(o for o in d.probes if o.name == "metrics")
+    read_by = re.search(r"with metrics \(([^)]*)\)", metrics.detail)
+    assert read_by is not None and parser in read_by.group(1).split(", "), metrics.detail
+    expected = yaml.safe_load((fixture / "expected.yaml").read_text())["diagnosis"]
+    top = d.gate.hypotheses[0]
+    assert top.id == expected and any(f.kind == "metric.trend" for f in top.evidence), fmt
+
+
+def test_the_fp16_failures_begin_with_a_loss_scale_search() -> None:
+    """The Megatron and DeepSpeed failures are not a scaler that never settled: each starts with the start-up
+    search (skipped iterations in the first interval / the scale halving before the first step line), then
+    holds, and only later collapses or keeps skipping."""
+    megatron = (FIXTURES / "curves_megatron_fp16_overflow" / "train.log").read_text()
+    first = next(ln for ln in megatron.splitlines() if " iteration " in ln)
+    assert "number of skipped iterations:  16 |" in first
+    deepspeed = (FIXTURES / "curves_deepspeed_fp16_skipped" / "train.log").read_text().splitlines()
+    first_step = next(i for i, ln in enumerate(deepspeed) if "] step=" in ln)
+    assert sum("Attempted loss scale" in ln for ln in deepspeed[:first_step]) >= 2
+
+
+@pytest.mark.parametrize(
+    "fixture",
+    [p for p in CURVES if p.name not in ("curves_hf_early_stopping", "curves_torchvision_leak_oom")],
+    ids=lambda p: p.name,
+)
+def test_a_failing_curve_that_reached_its_last_step_is_still_the_failure(
+    fixture: Path, kb: KnowledgeBase, tmp_path: Path
+) -> None:
+    """completed_normally only with healthy curves: the same run ending in its framework's completion line is
+    still reported as its failure, the normal end below it."""
+    import shutil
+
+    run = tmp_path / fixture.name
+    shutil.copytree(fixture, run)
+    logs = sorted(
+        (p for p in run.rglob("*") if p.suffix in (".log", ".out", ".txt") and p.name != "nvidia-smi.txt"),
+        key=lambda p: p.stat().st_size,
+    )
+    log = logs[-1] if logs else run / "train.log"
+    with log.open("a") as fh:
+        fh.write("Training completed. Do not forget to share your model on huggingface.co/models =)\n")
+    expected = yaml.safe_load((fixture / "expected.yaml").read_text())["diagnosis"]
+    rep = diagnose_dir(run, kb=kb)
+    ids = [h["id"] for h in rep["hypotheses"]]
+    assert ids[0] == expected and rep["verdict"] != "no_failure", ids

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -136,15 +137,96 @@ def test_each_detected_window_gets_a_distinct_colour(kb: object) -> None:
         plt.close(fig)
 
 
-@pytest.mark.parametrize("target", ["missing-dir/curves.png", "curves.notaformat", "a-directory.png"])
-def test_an_unwritable_plot_file_exits_2_with_one_line(
-    target: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+def _unwritable(target: str, tmp_path: Path) -> Path:
+    (tmp_path / "a-directory.png").mkdir()
+    (tmp_path / "a-directory").mkdir()
+    if target != "read-only-dir":
+        return tmp_path / target
+    if os.geteuid() == 0:  # root writes into a read-only directory; /sys refuses even root
+        if not os.path.isdir("/sys"):
+            pytest.skip("running as root without /sys: no directory root cannot write")
+        return Path("/sys/mldebug-rules-plot.png")
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    return ro / "curves.png"
+
+
+@pytest.mark.parametrize(
+    "target", ["missing-dir/curves.png", "a-directory.png", "a-directory", "read-only-dir"]
+)
+def test_an_unwritable_plot_file_exits_2_with_one_line_before_diagnosing(
+    target: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No matplotlib needed: the target is checked first, so a long diagnosis is not spent for nothing."""
+    import mldebug_rules.diagnose
+
+    out = _unwritable(target, tmp_path)
+
+    def no_diagnosis(*a: object, **k: object) -> None:
+        raise AssertionError("diagnosed before checking the plot file")
+
+    monkeypatch.setattr(mldebug_rules.diagnose, "diagnose", no_diagnosis)
+    rc = main(["diagnose", "--offline", "--plot", str(out), str(FIXTURES / "curves_wandb_divergence")])
+    got, err = capsys.readouterr()
+    assert rc == 2 and not got
+    assert err.strip().count("\n") == 0 and f"--plot {out}: cannot write the plot: " in err, err
+    assert not (tmp_path / "a-directory.png.png").exists() and not (tmp_path / "a-directory.png").is_file()
+
+
+def test_an_unknown_image_format_exits_2_with_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     pytest.importorskip("matplotlib")
-    (tmp_path / "a-directory.png").mkdir()
     rc = main(
-        ["diagnose", "--offline", "--plot", str(tmp_path / target), str(FIXTURES / "curves_wandb_divergence")]
+        [
+            "diagnose",
+            "--offline",
+            "--plot",
+            str(tmp_path / "c.notaformat"),
+            str(FIXTURES / "curves_wandb_divergence"),
+        ]
     )
     _, err = capsys.readouterr()
-    assert rc == 2
-    assert err.strip().count("\n") == 0 and "--plot" in err and "cannot write the plot" in err
+    assert rc == 2 and err.strip().count("\n") == 0 and "cannot write the plot" in err
+
+
+def test_a_plot_file_without_an_extension_is_written_as_named(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "curves"
+    assert main(["diagnose", "--offline", "--plot", str(out), str(FIXTURES / "curves_wandb_divergence")]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and not (tmp_path / "curves.png").exists()
+
+
+def test_a_window_cited_by_two_hypotheses_is_drawn_once(kb: object) -> None:
+    """A sudden NaN is evidence for the data and for the loss: one window, one colour, one legend entry."""
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    from mldebug_rules.diagnose import Request, diagnose
+    from mldebug_rules.plot import figure
+
+    d = diagnose(Request(run_dirs=[FIXTURES / "curves_generic_step_sudden_nan"], offline=True), kb=kb)  # type: ignore[arg-type]
+    citing = [
+        h.id for h in d.gate.hypotheses if any(f.attrs.get("trend") == "nan_sudden" for f in h.evidence)
+    ]
+    assert len(citing) >= 2, citing
+    fig = figure(d)
+    try:
+        for a in fig.axes:
+            labels = [
+                x.get_label() for x in [*a.patches, *a.get_lines()] if not x.get_label().startswith("_")
+            ]
+            assert len(labels) == len(set(labels)), labels
+    finally:
+        plt.close(fig)
+
+
+def test_window_colours_never_repeat() -> None:
+    pytest.importorskip("matplotlib")
+    from matplotlib.colors import to_hex
+
+    from mldebug_rules.plot import _window_colour
+
+    colours = [to_hex(_window_colour(k)) for k in range(40)]
+    assert len(set(colours)) == len(colours)
