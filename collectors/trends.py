@@ -278,15 +278,20 @@ def _nan_precursors(loss: Series | None, lr: Series | None, p: Mapping[str, floa
     if loss is None or loss.nan_onset is None or loss.finite_before_nan < p["nan_sudden_min_points"]:
         return []
     step, _, line = loss.nan_onset
-    xs, ys = loss.finite()
-    pre = [(x, y) for x, y in zip(xs, ys, strict=False) if x < step]
+    # The points logged before the onset, in log order: a coarse x (a progress bar's percentage) may give the
+    # last finite point and the NaN the same x
+    k = next((i for i, v in enumerate(loss.values) if not math.isfinite(v)), len(loss.values))
+    pre = list(zip(loss.steps[:k], loss.values[:k], strict=False))
     out: list[Trend] = []
-    if len(pre) >= 6:
+    # A short log (4 or 5 finite points) has too few points for noise to be told from a climb, so there the
+    # last three must climb at every point: a loss that fell and then turned NaN is still sudden.
+    if len(pre) >= 4:
         tail = [y for _, y in pre[-3:]]
         ref = [y for _, y in pre[-23:-3]]
         lo = min(ref)
         rise = _med(tail) / lo if lo > 0 else 0.0
-        if rise >= p["nan_rise_factor"] and tail[-1] >= tail[0]:
+        steady = len(pre) >= 6 or all(b > a for a, b in pairwise(tail))
+        if rise >= p["nan_rise_factor"] and tail[-1] >= tail[0] and steady:
             out.append(
                 Trend(
                     "loss",
