@@ -586,10 +586,10 @@ def _overfitting_acc(acc: Series | None, val: Series | None, p: Mapping[str, flo
     train_end = _med([y / scale_a for y in ay[-2:]])
     val_end = _med(vy[-2:])
     best = max(range(len(vy)), key=lambda i: vy[i])
-    if train_end < p["overfit_train_acc"] or train_end - val_end < p["overfit_acc_gap"]:
-        return []
     if best >= len(vy) - max(1, len(vy) // 3):
         return []
+    if train_end < p["overfit_train_acc"] or train_end - val_end < p["overfit_acc_gap"]:
+        return _val_acc_decline(ay, scale_a, vx, vy, val, best, p)
     return [
         Trend(
             "val_acc",
@@ -602,6 +602,47 @@ def _overfitting_acc(acc: Series | None, val: Series | None, p: Mapping[str, flo
             line=val.line_at(vx[-1]),
             note=f"train accuracy {train_end:.1%} while validation accuracy stalled at {val_end:.1%} (best "
             f"{vy[best]:.1%} at step {_i(vx[best])})",
+        )
+    ]
+
+
+def _val_acc_decline(
+    ay: Sequence[float],
+    scale_a: float,
+    vx: Sequence[float],
+    vy: Sequence[float],
+    val: Series,
+    best: int,
+    p: Mapping[str, float],
+) -> list[Trend]:
+    """Validation accuracy sliding down from its best, evaluation after evaluation, while training accuracy
+    still rises: the accuracy form of a rising validation loss. The rise is measured on the validation error
+    (1 - accuracy) with the same threshold as the loss (overfit_val_rise), and the last overfit_rising_evals
+    evaluations must each be lower than the one before (a steady slide, not noise)."""
+    n = int(p["overfit_rising_evals"])
+    tail = vy[-(n + 1) :]
+    if n < 1 or len(tail) < n + 1 or not all(b < a for a, b in pairwise(tail)):
+        return []
+    err_best, err_end = 1.0 - vy[best], 1.0 - _med(vy[-2:])
+    if err_best <= 0 or (err_end - err_best) / err_best < p["overfit_val_rise"]:
+        return []
+    train = [y / scale_a for y in ay]
+    at_best = train[min(len(train) - 1, len(train) * best // len(vy))]
+    if _med(train[-2:]) <= at_best:
+        return []
+    rise = (err_end - err_best) / err_best
+    return [
+        Trend(
+            "val_acc",
+            "overfitting",
+            value=round(rise, 4),
+            step=_i(vx[best]),
+            window_start=_i(vx[best]),
+            window_end=_i(vx[-1]),
+            points=len(vy) - best,
+            line=val.line_at(vx[-1]),
+            note=f"validation accuracy slid from its best {vy[best]:.1%} (step {_i(vx[best])}) to "
+            f"{_med(vy[-2:]):.1%} (error up {rise:.1%}) while training accuracy rose to {_med(train[-2:]):.1%}",
         )
     ]
 
@@ -864,7 +905,7 @@ def _meter_share(
     skip = max(1, len(shares) // 10)  # the first batches wait for workers to start
     share = _med(shares[skip:])
     if share < p["data_wait_share"]:
-        return []
+        return _data_wait_stretch(shares, xs, data, p)
     return [
         Trend(
             "data_time",
@@ -877,6 +918,37 @@ def _meter_share(
             line=data.line_at(xs[-1]),
             note=f"median {share:.0%} of step time spent waiting for data over steps "
             f"{_i(xs[skip])}..{_i(xs[-1])}",
+        )
+    ]
+
+
+def _data_wait_stretch(
+    shares: Sequence[float], xs: Sequence[float], data: Series, p: Mapping[str, float]
+) -> list[Trend]:
+    """A run input-bound for a sustained stretch though not over most of it: every window of the longest
+    stretch (at least curve_min_points logged steps, and a tenth of the run) waits for data over
+    data_wait_share of its step time. A first epoch read from cold storage, then served from the page cache,
+    looks like this; a data wait of a step or two (a checkpoint, an evaluation) is too short to count."""
+    w = max(int(p["curve_min_points"]), len(shares) // 10)
+    best, at = 0.0, -1
+    for i in range(1, len(shares) - w + 1):  # the very first point waits for workers to start
+        m = _med(shares[i : i + w])
+        if m > best:
+            best, at = m, i
+    if at < 0 or best < p["data_wait_share"]:
+        return []
+    return [
+        Trend(
+            "data_time",
+            "data_wait_stretch",
+            value=round(best, 4),
+            step=_i(xs[at]),
+            window_start=_i(xs[at]),
+            window_end=_i(xs[at + w - 1]),
+            points=w,
+            line=data.line_at(xs[at + w - 1]),
+            note=f"median {best:.0%} of step time spent waiting for data over steps {_i(xs[at])}.."
+            f"{_i(xs[at + w - 1])} ({w} points), though not over the whole run",
         )
     ]
 
