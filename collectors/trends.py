@@ -927,11 +927,14 @@ def _data_wait_stretch(
 ) -> list[Trend]:
     """A run input-bound for a sustained stretch though not over most of it: every window of the longest
     stretch (at least curve_min_points logged steps, and a tenth of the run) waits for data over
-    data_wait_share of its step time. A first epoch read from cold storage, then served from the page cache,
+    data_wait_share of its step time at every point. A first epoch read from cold storage, then served from the page cache,
     looks like this; a data wait of a step or two (a checkpoint, an evaluation) is too short to count."""
     w = max(int(p["curve_min_points"]), len(shares) // 10)
     best, at = 0.0, -1
     for i in range(1, len(shares) - w + 1):  # the very first point waits for workers to start
+        # every point of the stretch waits (a noisy meter on millisecond steps alternates high and low shares)
+        if min(shares[i : i + w]) < p["data_wait_share"]:
+            continue
         m = _med(shares[i : i + w])
         if m > best:
             best, at = m, i
