@@ -370,6 +370,10 @@ def _divergence(loss: Series, grad: Series | None, p: Mapping[str, float]) -> li
     rise = _med(tail) / ys[lo]
     if rise < p["diverge_rise_factor"]:
         return []
+    # A noisy per-batch loss has outlier minima: a run that diverges ends above nearly all of what came
+    # before, a noisy flat one ends in the middle of its own range.
+    if _med(tail) <= _pct(ys[:-3], 0.9):
+        return []
     start, end = xs[lo], xs[-1]
     n = len(ys) - lo
     if grad is None:
