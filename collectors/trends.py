@@ -990,6 +990,71 @@ def _profile_share(ss: SeriesSet, p: Mapping[str, float]) -> list[Trend]:
     ]
 
 
+@dataclass
+class PaceSummary:
+    """One source's throughput, reduced for the comparison across sources (``stragglers``)."""
+
+    source: str
+    start: float  # the best of its first quarter: what it could do at the start
+    settled: float  # the median after warm-up
+    first: float
+    last: float
+    points: int
+    line: int
+
+
+def pace_summary(ss: SeriesSet, p: Mapping[str, float]) -> PaceSummary | None:
+    tp = ss.get("throughput")
+    if tp is None:
+        return None
+    xs, ys = tp.finite()
+    if len(ys) < p["curve_min_points"]:
+        return None
+    skip = max(1, len(ys) // 10)
+    return PaceSummary(
+        ss.source,
+        max(ys[: max(2, len(ys) // 4)]),
+        _med(ys[skip:]),
+        xs[0],
+        xs[-1],
+        len(ys) - skip,
+        tp.line_at(xs[-1]),
+    )
+
+
+def stragglers(paces: Sequence[PaceSummary], p: Mapping[str, float]) -> list[tuple[str, Trend]]:
+    """Throttling across logs: of several logs of one job (ranks, workers, identical jobs), one that started
+    at its peers' speed and settled throughput_drop_frac or more below them. The same workload at the start
+    rules out a different model or batch; a GPU that heats up and lowers its clocks, or a slower node, is
+    left (and drags every synchronous peer with it)."""
+    out: list[tuple[str, Trend]] = []
+    if len(paces) < 2:
+        return out
+    for s in paces:
+        peers = _med([o.settled for o in paces if o is not s])
+        if peers <= 0 or s.start < 0.85 * peers or s.settled > (1.0 - p["throughput_drop_frac"]) * peers:
+            continue
+        drop = 1.0 - s.settled / peers
+        out.append(
+            (
+                s.source,
+                Trend(
+                    "throughput",
+                    "throughput_straggler",
+                    value=round(drop, 4),
+                    step=_i(s.first),
+                    window_start=_i(s.first),
+                    window_end=_i(s.last),
+                    points=s.points,
+                    line=s.line,
+                    note=f"this log's throughput settled at {s.settled:.4g}, {drop:.0%} below its {len(paces) - 1} "
+                    f"peer log(s) ({peers:.4g}), though it started at their speed ({s.start:.4g})",
+                ),
+            )
+        )
+    return out
+
+
 def merge(per_source: Sequence[tuple[str, list[Trend]]]) -> list[tuple[str, Trend]]:
     """One trend per (metric, trend) across sources: the one on the most points (ties: the first source)."""
     best: dict[tuple[str, str], tuple[str, Trend]] = {}
