@@ -217,7 +217,10 @@ class _Plan:
                 stream != "kernel" and bool({"train", "scheduler"} & set(sig.streams))
             )
             if applies:
-                add(Pattern(sig.id, sig.regex, sig.ignore_case, "all", 1000), _SignatureHits(sig))
+                add(
+                    Pattern(sig.id, sig.regex, sig.ignore_case, "all", 1000, prefilter=sig.prefilter),
+                    _SignatureHits(sig),
+                )
         if stream == "kernel":
             add(Pattern("__kernel__", _KERNEL_PREFILTER, False, "all", 20000), _KernelHits())
         else:
@@ -242,6 +245,12 @@ class _Plan:
             add(region, _TracebackRegion())
         # Pack patterns were compiled and checked when the packs loaded (engine/packs.py).
         self.scanner = Scanner(patterns, tail_lines=TAIL_LINES, trusted=True)
+
+
+def stream_patterns(kb: KnowledgeBase, stream: str) -> tuple[Pattern, ...]:
+    """The scanner patterns the logs probe searches a `stream` ("train", "kernel") for, in its order: for
+    benchmarks and tools that must see what a diagnosis scans for."""
+    return _Plan(kb, stream).scanner.patterns
 
 
 def _file_facts(ctx: Context, src: LogSource, res: ScanResult, plan: _Plan) -> list[Fact]:

@@ -28,7 +28,7 @@ except ImportError:  # pragma: no cover - Python 3.10
     import sre_parse as _sre_parse  # type: ignore[no-redef]
 
 from .compile import alpha_fanout, compile_kb, distinct_constants
-from .packs import KnowledgeBase, Rule
+from .packs import KnowledgeBase, ProgressPattern, Rule, Signature
 
 SLOW_LINE_BYTES = 1 << 20
 SLOW_SECONDS = 0.5
@@ -66,6 +66,7 @@ def _regex_problems(kb: KnowledgeBase, only: set[str] | None) -> list[Problem]:
         except regex.error as e:
             out.append(Problem(sig.where, "error", f"signature {sig.id}: regex does not compile: {e}"))
             continue
+        out += _prefilter_problems(sig, flags)
         for adv in ADVERSARIAL_LINES:
             t0 = time.perf_counter()
             try:
@@ -104,6 +105,27 @@ def _regex_problems(kb: KnowledgeBase, only: set[str] | None) -> list[Problem]:
                     )
                     break
     return out
+
+
+def _prefilter_problems(sig: Signature | ProgressPattern, flags: int) -> list[Problem]:
+    """A prefilter must match every line its regex matches: a line it misses is never confirmed, so never
+    found. The examples are the evidence lint has; each ``match`` example the prefilter misses is an error."""
+    pre = getattr(sig, "prefilter", None)
+    if not pre:
+        return []
+    try:
+        compiled = regex.compile(pre, flags)
+    except regex.error as e:
+        return [Problem(sig.where, "error", f"signature {sig.id}: prefilter does not compile: {e}")]
+    return [
+        Problem(
+            sig.where,
+            "error",
+            f"signature {sig.id}: its prefilter misses the example {ex!r}, so the scanner would never find it",
+        )
+        for ex in sig.examples_match
+        if not compiled.search(ex)
+    ]
 
 
 def _signature_names(pat: Mapping[str, Any]) -> list[str]:

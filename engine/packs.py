@@ -74,6 +74,7 @@ class Signature:
     examples_no_match: tuple[str, ...]
     where: str  # path:line
     failure: bool = False  # the line says the run failed (see pack_schema.yaml)
+    prefilter: str | None = None  # what the fast scanner looks for instead of `regex` (see pack_schema.yaml)
 
 
 @dataclass(frozen=True)
@@ -504,19 +505,21 @@ def _claim(kb: KnowledgeBase, kind: str, ident: str, where: str) -> None:
     kb.where[k] = where
 
 
-def _check_regex(display: str, doc: Any, path: tuple[Any, ...], spec: Mapping[str, Any]) -> None:
+def _check_regex(
+    display: str, doc: Any, path: tuple[Any, ...], spec: Mapping[str, Any], key: str = "regex"
+) -> None:
     """A pattern that does not compile, matches the empty string (so every line), or uses what the scanner's
     engines do not share (look-around, back-references: hyperscan cannot compile them) fails the pack here, at
     its line, rather than the log probe later, and the same way with or without hyperscan installed."""
     flags = re.IGNORECASE if spec.get("ignore_case") else 0
     try:
-        compiled = re.compile(spec["regex"].encode("utf-8"), flags)
+        compiled = re.compile(spec[key].encode("utf-8"), flags)
         problem = "matches the empty string, so every line" if compiled.search(b"") is not None else ""
         problem = problem or _unsupported_construct(compiled)
     except (re.error, UnicodeEncodeError, OverflowError, RecursionError) as e:
         problem = f"does not compile: {e}"
     if problem:
-        raise PackError(display, line_of(doc, (*path, "regex")), f"{spec['id']}: regex {problem}")
+        raise PackError(display, line_of(doc, (*path, key)), f"{spec['id']}: {key} {problem}")
 
 
 def _unsupported_construct(compiled: re.Pattern[bytes]) -> str:
@@ -559,6 +562,8 @@ def _merge(kb: KnowledgeBase, raw: _RawPack) -> None:
             where = f"{display}:{line_of(doc, ('signatures', i))}"
             _claim(kb, "signature", sig["id"], where)
             _check_regex(display, doc, ("signatures", i), sig)
+            if sig.get("prefilter"):
+                _check_regex(display, doc, ("signatures", i), sig, "prefilter")
             n_sigs += 1
             for fname, ftype in sig["fields"].items():
                 try:
@@ -582,6 +587,7 @@ def _merge(kb: KnowledgeBase, raw: _RawPack) -> None:
                     examples_no_match=tuple(sig["examples"]["no_match"]),
                     where=where,
                     failure=bool(sig["failure"]),
+                    prefilter=sig.get("prefilter"),
                 )
             )
         for i, prog in enumerate(valid.get("progress", [])):

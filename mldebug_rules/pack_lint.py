@@ -34,7 +34,8 @@ def example_problems(kb: KnowledgeBase, only: set[str] | None = None) -> list[Pr
 
 def _examples_through(sig: Signature | ProgressPattern, engine: str) -> list[Problem]:
     try:
-        scanner = Scanner([Pattern(sig.id, sig.regex, sig.ignore_case)], engine=engine)
+        prefilter = sig.prefilter if isinstance(sig, Signature) else None
+        scanner = Scanner([Pattern(sig.id, sig.regex, sig.ignore_case, prefilter=prefilter)], engine=engine)
     except ValueError as e:
         return [Problem(sig.where, "error", f"signature {sig.id}: {e} ({engine} engine)")]
     matches, no_matches = list(sig.examples_match), list(sig.examples_no_match)

@@ -67,7 +67,7 @@ class Execution:
 def signature_scanner(kb: KnowledgeBase) -> Scanner:
     """The packs' training-stream signatures, as in the log probe."""
     pats = [
-        Pattern(s.id, s.regex, s.ignore_case, "all", 1000)
+        Pattern(s.id, s.regex, s.ignore_case, "all", 1000, prefilter=s.prefilter)
         for s in kb.signatures
         if "train" in s.streams or "scheduler" in s.streams
     ]
