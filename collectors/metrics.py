@@ -18,7 +18,7 @@ from .logs import stream_pass
 from .metrics_parse import LineReader, read_any
 from .metrics_series import SeriesSet
 from .rundir import RunFiles
-from .trends import STOP_PRIORITY, Trend, detect, merge
+from .trends import STOP_PRIORITY, PaceSummary, Trend, detect, merge, pace_summary, params_from, stragglers
 
 PLOT_POINTS = 2000  # per series in the payload: enough for a picture, small enough to keep around
 PLOT_METRICS = (
@@ -103,9 +103,15 @@ def probe_metrics(ctx: Context) -> ProbeOutput:
     plots: dict[str, Any] = {}
     with_points = 0
 
+    paces: list[PaceSummary] = []
+    trend_params = params_from(params)
+
     def take(ss: SeriesSet) -> None:
         nonlocal with_points
         per_source.append((ss.source, detect(ss, params)))
+        pace = pace_summary(ss, trend_params)
+        if pace is not None:
+            paces.append(pace)
         stops.append(ss.stop)
         issues.extend(ss.issues)
         if ss.series:
@@ -134,6 +140,8 @@ def probe_metrics(ctx: Context) -> ProbeOutput:
             else:
                 ss = reader.read(path, display, tail_window)
             take(ss)
+    # Throughput compared across the logs of one run (ranks, workers, identical jobs): a straggler
+    per_source += [(src, [t]) for src, t in stragglers(paces, trend_params)]
     merged = merge(per_source)
     run_end = max(stops, key=lambda s: STOP_PRIORITY.get(s, 0), default="")
     out = ProbeOutput("metrics")

@@ -66,6 +66,8 @@ _SIMPLE_PROFILER = re.compile(
 # torch.profiler key_averages().table(): the DataLoader row's "CPU total %" (third column) is the share of
 # the profiled time spent fetching batches.
 _TORCH_PROFILER = re.compile(r"^(enumerate\(DataLoader\))\S*\s+[\d.]+%\s+\S+\s+([\d.]+)%")
+# The counter between a metric's name and its value ("Train loss 200 0.5889", "Validation loss 1000:  0.52").
+_NAME_COUNTER = re.compile(r"^(\D*?[A-Za-z]) \d+:?\s")
 _BARE_NONFINITE = re.compile(rb'(?<![\w"])(-?)(nan|NaN|inf|Inf|infinity|Infinity)(?![\w"])')
 SKIP_KEYS = frozenset(
     {
@@ -137,6 +139,10 @@ def parse_record(mode: str, text: str) -> dict[str, float]:
         pairs = _KV.findall(text)
     elif mode == "generic":
         return parse_generic(text)[0]
+    elif mode == "name_counter_value":
+        # "Train loss 200 0.5889 Grad Norm 0.6 0.99s/it": drop the counter after the first name, then read the
+        # rest like any line ("Train loss 0.5889 Grad Norm 0.6 ...")
+        return parse_generic(_NAME_COUNTER.sub(r"\1 ", text, count=1))[0]
     elif mode == "bare_loss":
         value = to_float(text.rsplit(":", 1)[-1].strip())
         if value is not None:

@@ -29,9 +29,11 @@ DEFAULTS: dict[str, float] = {
     "nan_sudden_min_points": 3,
     "nan_rise_factor": 1.5,
     "nan_lr_rising_points": 5,
-    "nan_rise_min_points": 6,
+    "nan_rise_min_points": 4,
+    "nan_rise_steady_points": 6,
     "diverge_rise_factor": 3.0,
     "diverge_grad_factor": 2.0,
+    "diverge_end_percentile": 0.9,
     "short_rise_min_points": 4,
     "short_rise_factor": 30.0,
     "spike_factor": 4.0,
@@ -54,6 +56,7 @@ DEFAULTS: dict[str, float] = {
     "mem_monotone_points": 6,
     "mem_saturation_share": 0.3,
     "throughput_drop_frac": 0.3,
+    "straggler_start_share": 0.85,
     "throughput_decay_stretches": 0.6,
     "throughput_decay_step": 0.02,
     "throughput_decay_min_drop": 0.15,
@@ -285,15 +288,20 @@ def _nan_precursors(loss: Series | None, lr: Series | None, p: Mapping[str, floa
     if loss is None or loss.nan_onset is None or loss.finite_before_nan < p["nan_sudden_min_points"]:
         return []
     step, _, line = loss.nan_onset
-    xs, ys = loss.finite()
-    pre = [(x, y) for x, y in zip(xs, ys, strict=False) if x < step]
+    # The points logged before the onset, in log order: a coarse x (a progress bar's percentage) may give the
+    # last finite point and the NaN the same x
+    k = next((i for i, v in enumerate(loss.values) if not math.isfinite(v)), len(loss.values))
+    pre = list(zip(loss.steps[:k], loss.values[:k], strict=False))
     out: list[Trend] = []
+    # A short log (4 or 5 finite points) has too few points for noise to be told from a climb, so there the
+    # last three must climb at every point: a loss that fell and then turned NaN is still sudden.
     if len(pre) >= p["nan_rise_min_points"]:
         tail = [y for _, y in pre[-3:]]
         ref = [y for _, y in pre[-23:-3]]
         lo = min(ref)
         rise = _med(tail) / lo if lo > 0 else 0.0
-        if rise >= p["nan_rise_factor"] and tail[-1] >= tail[0]:
+        steady = len(pre) >= p["nan_rise_steady_points"] or all(b > a for a, b in pairwise(tail))
+        if rise >= p["nan_rise_factor"] and tail[-1] >= tail[0] and steady:
             out.append(
                 Trend(
                     "loss",
@@ -371,6 +379,10 @@ def _divergence(loss: Series, grad: Series | None, p: Mapping[str, float]) -> li
         return []
     rise = _med(tail) / ys[lo]
     if rise < p["diverge_rise_factor"]:
+        return []
+    # A noisy per-batch loss has outlier minima: a run that diverges ends above nearly all of what came
+    # before, a noisy flat one ends in the middle of its own range.
+    if _med(tail) <= _pct(ys[:-3], p["diverge_end_percentile"]):
         return []
     start, end = xs[lo], xs[-1]
     n = len(ys) - lo
@@ -588,10 +600,10 @@ def _overfitting_acc(acc: Series | None, val: Series | None, p: Mapping[str, flo
     train_end = _med([y / scale_a for y in ay[-2:]])
     val_end = _med(vy[-2:])
     best = max(range(len(vy)), key=lambda i: vy[i])
-    if train_end < p["overfit_train_acc"] or train_end - val_end < p["overfit_acc_gap"]:
-        return []
     if best >= len(vy) - max(1, len(vy) // 3):
         return []
+    if train_end < p["overfit_train_acc"] or train_end - val_end < p["overfit_acc_gap"]:
+        return _val_acc_decline(ay, scale_a, vx, vy, val, best, p)
     return [
         Trend(
             "val_acc",
@@ -604,6 +616,47 @@ def _overfitting_acc(acc: Series | None, val: Series | None, p: Mapping[str, flo
             line=val.line_at(vx[-1]),
             note=f"train accuracy {train_end:.1%} while validation accuracy stalled at {val_end:.1%} (best "
             f"{vy[best]:.1%} at step {_i(vx[best])})",
+        )
+    ]
+
+
+def _val_acc_decline(
+    ay: Sequence[float],
+    scale_a: float,
+    vx: Sequence[float],
+    vy: Sequence[float],
+    val: Series,
+    best: int,
+    p: Mapping[str, float],
+) -> list[Trend]:
+    """Validation accuracy sliding down from its best, evaluation after evaluation, while training accuracy
+    still rises: the accuracy form of a rising validation loss. The rise is measured on the validation error
+    (1 - accuracy) with the same threshold as the loss (overfit_val_rise), and the last overfit_rising_evals
+    evaluations must each be lower than the one before (a steady slide, not noise)."""
+    n = int(p["overfit_rising_evals"])
+    tail = vy[-(n + 1) :]
+    if n < 1 or len(tail) < n + 1 or not all(b < a for a, b in pairwise(tail)):
+        return []
+    err_best, err_end = 1.0 - vy[best], 1.0 - _med(vy[-2:])
+    if err_best <= 0 or (err_end - err_best) / err_best < p["overfit_val_rise"]:
+        return []
+    train = [y / scale_a for y in ay]
+    at_best = train[min(len(train) - 1, len(train) * best // len(vy))]
+    if _med(train[-2:]) <= at_best:
+        return []
+    rise = (err_end - err_best) / err_best
+    return [
+        Trend(
+            "val_acc",
+            "overfitting",
+            value=round(rise, 4),
+            step=_i(vx[best]),
+            window_start=_i(vx[best]),
+            window_end=_i(vx[-1]),
+            points=len(vy) - best,
+            line=val.line_at(vx[-1]),
+            note=f"validation accuracy slid from its best {vy[best]:.1%} (step {_i(vx[best])}) to "
+            f"{_med(vy[-2:]):.1%} (error up {rise:.1%}) while training accuracy rose to {_med(train[-2:]):.1%}",
         )
     ]
 
@@ -870,7 +923,7 @@ def _meter_share(
     skip = max(1, len(shares) // 10)  # the first batches wait for workers to start
     share = _med(shares[skip:])
     if share < p["data_wait_share"]:
-        return []
+        return _data_wait_stretch(shares, xs, data, p)
     return [
         Trend(
             "data_time",
@@ -883,6 +936,40 @@ def _meter_share(
             line=data.line_at(xs[-1]),
             note=f"median {share:.0%} of step time spent waiting for data over steps "
             f"{_i(xs[skip])}..{_i(xs[-1])}",
+        )
+    ]
+
+
+def _data_wait_stretch(
+    shares: Sequence[float], xs: Sequence[float], data: Series, p: Mapping[str, float]
+) -> list[Trend]:
+    """A run input-bound for a sustained stretch though not over most of it: every window of the longest
+    stretch (at least curve_min_points logged steps, and a tenth of the run) waits for data over
+    data_wait_share of its step time at every point. A first epoch read from cold storage, then served from the page cache,
+    looks like this; a data wait of a step or two (a checkpoint, an evaluation) is too short to count."""
+    w = max(int(p["curve_min_points"]), len(shares) // 10)
+    best, at = 0.0, -1
+    for i in range(1, len(shares) - w + 1):  # the very first point waits for workers to start
+        # every point of the stretch waits (a noisy meter on millisecond steps alternates high and low shares)
+        if min(shares[i : i + w]) < p["data_wait_share"]:
+            continue
+        m = _med(shares[i : i + w])
+        if m > best:
+            best, at = m, i
+    if at < 0 or best < p["data_wait_share"]:
+        return []
+    return [
+        Trend(
+            "data_time",
+            "data_wait_stretch",
+            value=round(best, 4),
+            step=_i(xs[at]),
+            window_start=_i(xs[at]),
+            window_end=_i(xs[at + w - 1]),
+            points=w,
+            line=data.line_at(xs[at + w - 1]),
+            note=f"median {best:.0%} of step time spent waiting for data over steps {_i(xs[at])}.."
+            f"{_i(xs[at + w - 1])} ({w} points), though not over the whole run",
         )
     ]
 
@@ -939,6 +1026,75 @@ def _pct_share(pct: Series, p: Mapping[str, float]) -> list[Trend]:
             "(the logged data share)",
         )
     ]
+
+
+@dataclass
+class PaceSummary:
+    """One source's throughput, reduced for the comparison across sources (``stragglers``)."""
+
+    source: str
+    start: float  # the best of its first quarter: what it could do at the start
+    settled: float  # the median after warm-up
+    first: float
+    last: float
+    points: int
+    line: int
+
+
+def pace_summary(ss: SeriesSet, p: Mapping[str, float]) -> PaceSummary | None:
+    tp = ss.get("throughput")
+    if tp is None:
+        return None
+    xs, ys = tp.finite()
+    if len(ys) < p["curve_min_points"]:
+        return None
+    skip = max(1, len(ys) // 10)
+    return PaceSummary(
+        ss.source,
+        max(ys[: max(2, len(ys) // 4)]),
+        _med(ys[skip:]),
+        xs[0],
+        xs[-1],
+        len(ys) - skip,
+        tp.line_at(xs[-1]),
+    )
+
+
+def stragglers(paces: Sequence[PaceSummary], p: Mapping[str, float]) -> list[tuple[str, Trend]]:
+    """Throttling across logs: of several logs of one job (ranks, workers, identical jobs), one that started
+    at its peers' speed and settled throughput_drop_frac or more below them. The same workload at the start
+    rules out a different model or batch; a GPU that heats up and lowers its clocks, or a slower node, is
+    left (and drags every synchronous peer with it)."""
+    out: list[tuple[str, Trend]] = []
+    if len(paces) < 2:
+        return out
+    for s in paces:
+        peers = _med([o.settled for o in paces if o is not s])
+        if (
+            peers <= 0
+            or s.start < p["straggler_start_share"] * peers
+            or s.settled > (1.0 - p["throughput_drop_frac"]) * peers
+        ):
+            continue
+        drop = 1.0 - s.settled / peers
+        out.append(
+            (
+                s.source,
+                Trend(
+                    "throughput",
+                    "throughput_straggler",
+                    value=round(drop, 4),
+                    step=_i(s.first),
+                    window_start=_i(s.first),
+                    window_end=_i(s.last),
+                    points=s.points,
+                    line=s.line,
+                    note=f"this log's throughput settled at {s.settled:.4g}, {drop:.0%} below its {len(paces) - 1} "
+                    f"peer log(s) ({peers:.4g}), though it started at their speed ({s.start:.4g})",
+                ),
+            )
+        )
+    return out
 
 
 def merge(per_source: Sequence[tuple[str, list[Trend]]]) -> list[tuple[str, Trend]]:

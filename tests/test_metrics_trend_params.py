@@ -70,8 +70,8 @@ def test_curve_rules_compare_with_parameters_not_numbers() -> None:
 @pytest.mark.parametrize(
     ("param", "series", "trend", "moved"),
     [
-        # a NaN after a climb of five finite points: nan_rise_min_points (6) says too few to read a rise
-        ("nan_rise_min_points", {"loss": [1.0, 1.0, 1.0, 2.0, 2.5, math.nan]}, "nan_after_rise", 5),
+        # a NaN after five finite points, the last three climbing: enough for nan_rise_min_points (4), not for 6
+        ("nan_rise_min_points", {"loss": [1.0, 1.0, 1.0, 2.0, 2.5, math.nan]}, "nan_after_rise", 6),
         # a short log: four points rising x40 (above short_rise_factor 30), three points too few
         ("short_rise_factor", {"loss": [1.0, 2.0, 9.0, 40.0]}, "rising", 50.0),
         ("short_rise_min_points", {"loss": [1.0, 9.0, 40.0, 45.0]}, "rising", 5),
