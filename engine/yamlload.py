@@ -6,7 +6,7 @@
 >>> load_text("a: [1, 2\\n", "bad.yaml")
 Traceback (most recent call last):
 ...
-mldebug_rules.engine.yamlload.YamlError: bad.yaml:2: while parsing a flow sequence: expected ',' or ']', but got '<stream end>'
+mldebug_rules.engine.yamlload.YamlError: bad.yaml:2: while parsing a flow sequence...expected ',' or ']'...
 """
 
 from __future__ import annotations
