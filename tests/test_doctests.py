@@ -33,4 +33,6 @@ def test_modules_with_examples_are_found() -> None:
 def test_docstring_examples(name: str) -> None:
     module = importlib.import_module(name)
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
-    assert result.failed == 0, f"{name}: {result.failed} of {result.attempted} examples failed (see the output)"
+    assert result.failed == 0, (
+        f"{name}: {result.failed} of {result.attempted} examples failed (see the output)"
+    )
