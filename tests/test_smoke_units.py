@@ -593,3 +593,31 @@ def test_argv_diff() -> None:
     assert argv_diff("python t.py --fp16", "python t.py") == ["- --fp16"]
     assert argv_diff("python t.py", "env A=1 python t.py") == ["+ env A=1"]
     assert argv_diff("python t.py", "python t.py") == []
+
+
+def _check_many(run_dir: str, n: int) -> int:
+    from mldebug_rules.smokes.common import check_state_writable
+
+    for _ in range(n):
+        check_state_writable(Path(run_dir))
+    return n
+
+
+def test_state_write_checks_from_many_processes_never_race(tmp_path: Path) -> None:
+    """Smoke commands check the run directory at once: one creating `.mldebug` while another removes its
+    empty one must not refuse either (it once did, with `File exists`)."""
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(4) as pool:
+        done = pool.starmap(_check_many, [(str(tmp_path), 300)] * 4)
+    assert done == [300] * 4
+    state = tmp_path / ".mldebug"
+    assert not state.exists() or not any(state.iterdir())  # no probe file left behind
+
+
+def test_state_write_check_keeps_a_directory_in_use(tmp_path: Path) -> None:
+    from mldebug_rules.smokes.common import check_state_writable
+
+    (tmp_path / ".mldebug").mkdir()
+    (tmp_path / ".mldebug" / "facts.jsonl").write_text("{}\n")
+    check_state_writable(tmp_path)
+    assert (tmp_path / ".mldebug" / "facts.jsonl").read_text() == "{}\n"

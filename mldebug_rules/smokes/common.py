@@ -43,23 +43,41 @@ def request_for(run_dir: Path, args: argparse.Namespace, trust_recorded: bool = 
 
 
 def check_state_writable(run_dir: Path) -> None:
-    """Fail early, with one line, when RUN_DIR/.mldebug cannot be written (a read-only run directory)."""
+    """Fail early, with one line, when RUN_DIR/.mldebug cannot be written (a read-only run directory).
+
+    Two smoke commands may check the same run directory at once: one may create the state directory
+    while the other checks, or remove its empty one while the other writes its probe file. Neither is
+    an error, so the check retries once the race has moved on.
+    """
     d = run_dir / STATE_DIR
-    created = False
-    try:
-        if not d.exists():
-            d.mkdir()
-            created = True
-        fd, probe = tempfile.mkstemp(prefix=".write-check-", dir=d)
-        os.close(fd)
-        os.unlink(probe)
+    for attempt in range(5):
+        created = False
+        try:
+            try:
+                d.mkdir()
+                created = True
+            except FileExistsError:
+                pass
+            fd, probe = tempfile.mkstemp(prefix=".write-check-", dir=d)
+            os.close(fd)
+            os.unlink(probe)
+        except FileNotFoundError:
+            if attempt < 4:  # the other command removed its empty state directory between our steps
+                continue
+            raise UsageError(
+                f"{d}: the smoke state directory keeps disappearing; nothing was run or recorded"
+            ) from None
+        except OSError as e:
+            raise UsageError(
+                f"{d}: cannot write the smoke state there ({e.strerror or e}); nothing was run or recorded. "
+                "Copy the run directory somewhere writable and point the command at the copy"
+            ) from None
         if created:  # leave the run directory as it was: the state is written only with a result
-            d.rmdir()
-    except OSError as e:
-        raise UsageError(
-            f"{d}: cannot write the smoke state there ({e.strerror or e}); nothing was run or recorded. "
-            "Copy the run directory somewhere writable and point the command at the copy"
-        ) from None
+            try:
+                d.rmdir()
+            except OSError:  # another smoke command is using it now; it is theirs to keep
+                pass
+        return
 
 
 def check_hypothesis(kb: KnowledgeBase, hid: str | None, flag: str = "--hypothesis") -> str:
