@@ -1907,6 +1907,22 @@ def _worker_scan(path: str, sampler: Sampler | None = None) -> ScanResult:
     return _worker_scanner.scan_path(path, sampler, threads=1)
 
 
+def _worker_context() -> Any:
+    """How worker processes start: from a fork server where the platform has one.
+
+    The diagnosis runs its probes on threads, so a plain fork() here copies a process whose other threads
+    may hold a lock (the import lock, a logging handler's, a C library's); the child would wait on it
+    forever, and a diagnosis must never hang. The fork server is a fresh single-threaded process that has
+    already imported this module, so each worker still starts in milliseconds."""
+    import multiprocessing
+
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return None  # Windows: spawn, the default there
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload([__name__])
+    return ctx
+
+
 def _available_cpus() -> int:
     try:
         return len(os.sched_getaffinity(0))
@@ -1950,6 +1966,7 @@ def scan_paths(
     try:
         with concurrent.futures.ProcessPoolExecutor(
             max_workers=workers,
+            mp_context=_worker_context(),
             initializer=_worker_init,
             # several workers must not fight over one TTY line; a single one keeps its progress display
             initargs=(dict(scanner.__getstate__(), progress=scanner.progress and workers == 1),),

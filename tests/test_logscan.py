@@ -6,6 +6,7 @@ import gzip
 import os
 import pickle
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -344,6 +345,37 @@ def test_scan_paths_parallel_in_input_order(tmp_path: Path) -> None:
         assert [pairs(r) for r in results[:5]] == [[(i + 1, 2)] for i in range(5)]
         assert results[5].issues == ["file not found"]
     assert scan_paths(sc, []) == []
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="no fork server on Windows")
+def test_scan_workers_start_from_a_fork_server_while_threads_run(tmp_path: Path) -> None:
+    """The probes run on threads: a worker fork()ed from that process could wait forever on a lock another
+    thread held at the fork. Workers come from the single-threaded fork server, and scan while a parent
+    thread holds a lock."""
+    import threading
+
+    from mldebug_rules.collectors.logscan import _worker_context
+
+    assert _worker_context().get_start_method() == "forkserver"
+    held, release = threading.Lock(), threading.Event()
+
+    def hold() -> None:
+        with held:
+            release.wait(30)
+
+    t = threading.Thread(target=hold, daemon=True)
+    t.start()
+    try:
+        paths = []
+        for i in range(3):
+            p = tmp_path / f"r{i}.log"
+            p.write_bytes(b"x\n" * i + b"Killed\n")
+            paths.append(str(p))
+        results = scan_paths(Scanner(PATS), paths, jobs=2)
+        assert [pairs(r) for r in results] == [[(i + 1, 2)] for i in range(3)]
+    finally:
+        release.set()
+        t.join()
 
 
 def test_scanner_pickles() -> None:
