@@ -61,6 +61,21 @@ def test_nvidia_smi_table_470_layout() -> None:
     assert a["processes"] == 1 and "00000000:00:1E.0" in text
 
 
+def test_nvidia_smi_table_fan_percentage_is_not_the_utilisation() -> None:
+    # A GPU with a fan (GeForce, workstation cards) shows "| 30%   41C ..." in the first cell; GPU-Util is the
+    # cell after Memory-Usage.
+    table = (
+        "| GPU  Name        Persistence-M| Bus-Id        Disp.A | Volatile Uncorr. ECC |\n"
+        "| Fan  Temp  Perf  Pwr:Usage/Cap|         Memory-Usage | GPU-Util  Compute M. |\n"
+        "|===============================+======================+======================|\n"
+        "|   0  NVIDIA GeForce ...  Off  | 00000000:01:00.0  On |                  N/A |\n"
+        "| 30%   41C    P8    17W / 220W |    412MiB /  8192MiB |      2%      Default |\n"
+        "+-------------------------------+----------------------+----------------------+\n"
+    )
+    ((_, a, _),) = list(gpu.parse_saved(table))
+    assert (a["util_pct"], a["mem_used_mib"], a["temp_c"]) == (2.0, 412.0, 41.0)
+
+
 def test_nvidia_smi_q() -> None:
     ((line, a, _),) = _saved("nvidia-smi-q.txt")
     assert line == 9
