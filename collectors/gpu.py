@@ -149,6 +149,8 @@ def parse_csv(text: str, header: Sequence[str] | None = None) -> Iterator[tuple[
     for no, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
+        if fields is None and (line.lstrip().startswith(("$", "#", ">")) or "nvidia-smi" in line):
+            continue  # the command line pasted above its output ("$ nvidia-smi --query-gpu=a,b --format=csv")
         cells = [c.strip() for c in line.split(",")]
         if fields is None:
             fields = [re.sub(r"\s*\[.*?\]$", "", c).strip() for c in cells]

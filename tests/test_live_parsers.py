@@ -103,6 +103,20 @@ def test_nvidia_smi_csv_last_row_per_gpu_wins() -> None:
         reg.make("gpu.state", a)  # every parsed record fits the schema
 
 
+def test_nvidia_smi_csv_with_its_command_line_pasted_above() -> None:
+    text = (
+        "$ nvidia-smi --query-gpu=index,utilization.gpu,memory.used --format=csv\n"
+        "index, utilization.gpu [%], memory.used [MiB]\n"
+        "0, 100 %, 15077 MiB\n"
+        "1, 0 %, 0 MiB\n"
+    )
+    rows = [(line, a) for line, a, _ in gpu.parse_saved(text)]
+    assert rows == [
+        (3, {"index": 0, "util_pct": 100.0, "mem_used_mib": 15077.0}),
+        (4, {"index": 1, "util_pct": 0.0, "mem_used_mib": 0.0}),
+    ]
+
+
 def test_nvidia_smi_without_driver_is_no_gpu() -> None:
     assert [a for _, a, _ in _saved("nvidia-smi-nodriver.txt")] == [{"present": False}]
 
