@@ -149,6 +149,8 @@ def parse_csv(text: str, header: Sequence[str] | None = None) -> Iterator[tuple[
     for no, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
+        if fields is None and (line.lstrip().startswith(("$", "#", ">")) or "nvidia-smi" in line):
+            continue  # the command line pasted above its output ("$ nvidia-smi --query-gpu=a,b --format=csv")
         cells = [c.strip() for c in line.split(",")]
         if fields is None:
             fields = [re.sub(r"\s*\[.*?\]$", "", c).strip() for c in cells]
@@ -208,7 +210,7 @@ def parse_table(text: str) -> Iterator[tuple[int, dict[str, Any], str]]:
             (r"(\d+)W\s*/\s*\d+W", "power_w"),
             (r"(\d+)MiB\s*/\s*\d+MiB", "mem_used_mib"),
             (r"\d+MiB\s*/\s*(\d+)MiB", "mem_total_mib"),
-            (r"\|\s*(\d+)%\s", "util_pct"),
+            (r"MiB\s*\|\s*(\d+)%\s", "util_pct"),  # the cell after Memory-Usage (the first one may be Fan: "| 30%")
         ):
             mm = re.search(rx, nxt)
             if mm:

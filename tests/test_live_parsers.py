@@ -61,6 +61,21 @@ def test_nvidia_smi_table_470_layout() -> None:
     assert a["processes"] == 1 and "00000000:00:1E.0" in text
 
 
+def test_nvidia_smi_table_fan_percentage_is_not_the_utilisation() -> None:
+    # A GPU with a fan (GeForce, workstation cards) shows "| 30%   41C ..." in the first cell; GPU-Util is the
+    # cell after Memory-Usage.
+    table = (
+        "| GPU  Name        Persistence-M| Bus-Id        Disp.A | Volatile Uncorr. ECC |\n"
+        "| Fan  Temp  Perf  Pwr:Usage/Cap|         Memory-Usage | GPU-Util  Compute M. |\n"
+        "|===============================+======================+======================|\n"
+        "|   0  NVIDIA GeForce ...  Off  | 00000000:01:00.0  On |                  N/A |\n"
+        "| 30%   41C    P8    17W / 220W |    412MiB /  8192MiB |      2%      Default |\n"
+        "+-------------------------------+----------------------+----------------------+\n"
+    )
+    ((_, a, _),) = list(gpu.parse_saved(table))
+    assert (a["util_pct"], a["mem_used_mib"], a["temp_c"]) == (2.0, 412.0, 41.0)
+
+
 def test_nvidia_smi_q() -> None:
     ((line, a, _),) = _saved("nvidia-smi-q.txt")
     assert line == 9
@@ -86,6 +101,20 @@ def test_nvidia_smi_csv_last_row_per_gpu_wins() -> None:
     reg = FactRegistry.load()
     for _, a, _ in rows:
         reg.make("gpu.state", a)  # every parsed record fits the schema
+
+
+def test_nvidia_smi_csv_with_its_command_line_pasted_above() -> None:
+    text = (
+        "$ nvidia-smi --query-gpu=index,utilization.gpu,memory.used --format=csv\n"
+        "index, utilization.gpu [%], memory.used [MiB]\n"
+        "0, 100 %, 15077 MiB\n"
+        "1, 0 %, 0 MiB\n"
+    )
+    rows = [(line, a) for line, a, _ in gpu.parse_saved(text)]
+    assert rows == [
+        (3, {"index": 0, "util_pct": 100.0, "mem_used_mib": 15077.0}),
+        (4, {"index": 1, "util_pct": 0.0, "mem_used_mib": 0.0}),
+    ]
 
 
 def test_nvidia_smi_without_driver_is_no_gpu() -> None:

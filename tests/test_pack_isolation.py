@@ -287,3 +287,43 @@ def test_context_signatures_take_no_part_in_a_firings_role() -> None:
     assert firing_role([sig("context"), sig("cascade")]) == "cascade"  # not turned into a root by the context
     assert firing_role([sig("context")]) == "context"
     assert firing_role([sig("context"), {"kind": "kernel.xid"}]) == "root"
+
+
+CITES_ONLY_CONTEXT = """signatures:
+  - id: acme_slow_reads
+    title: The acme loader measured slow reads
+    role: context
+    regex: 'acme-loader: slow reads'
+    examples:
+      match: ["acme-loader: slow reads (3 MB/s)"]
+      no_match: ["acme-loader: fast reads (900 MB/s)"]
+
+rules:
+  - id: slow_reads_at_the_end
+    title: The loader warned of slow reads and the log ends there
+    status: test
+    description: A rule whose cited evidence is a context signature alone (the other pattern is not cited).
+    falsepositives: [none known]
+    when:
+      w: {kind: log.signature, match: {signature: acme_slow_reads, from_end: {gte: 0, lte: 1}}}
+      tail: {kind: log.tail, match: {file: $w.file}}
+    then:
+      hypothesis: network_filesystem_stall
+      weight: 0.5
+      cite: [w]
+"""
+
+
+def test_a_firing_that_cites_only_a_context_signature_is_diagnosed(tmp_path: Path) -> None:
+    # firing_role gives such a firing the role "context"; the hypothesis fact it asserts must accept it
+    # (it used to be refused, and the whole diagnosis ended with an internal error).
+    from mldebug_rules import report
+    from mldebug_rules.diagnose import Request, diagnose
+
+    d = make_pack(tmp_path, "acme", CITES_ONLY_CONTEXT)
+    kb = load_packs([d], entry_points=False, strict=True)
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "train.log").write_text("step 1 loss 2.0\nacme-loader: slow reads (3 MB/s)\n")
+    rep = report.build(diagnose(Request(run_dirs=[run], offline=True), kb=kb))
+    assert "network_filesystem_stall" in [h["id"] for h in rep["hypotheses"]], rep["hypotheses"]
