@@ -469,6 +469,20 @@ def _relax_end_anchors(regex: str) -> str | None:
     return loose
 
 
+def _class_end(regex: str, i: int) -> int:
+    """The index after the character class that starts at regex[i] ("["); a "]" first in it (after an optional
+    "^") is a literal. Linear: a regex with many classes must not cost a parse of its rest per class."""
+    n = len(regex)
+    i += 1
+    if regex[i : i + 1] == "^":
+        i += 1
+    if regex[i : i + 1] == "]":
+        i += 1
+    while i < n and regex[i] != "]":
+        i += 2 if regex[i] == "\\" else 1
+    return i + 1
+
+
 def _atoms(branch: str) -> list[tuple[int, int]] | None:
     """(start, end) of each atom of one alternative of a regex, a quantifier counted in its atom; None when a
     construct is not understood here (the caller then keeps the plain loosening)."""
@@ -480,14 +494,7 @@ def _atoms(branch: str) -> list[tuple[int, int]] | None:
         if c == "\\":
             i += 2
         elif c == "[":
-            i += 1
-            if branch[i : i + 1] == "^":
-                i += 1
-            if branch[i : i + 1] == "]":
-                i += 1
-            while i < n and branch[i] != "]":
-                i += 2 if branch[i] == "\\" else 1
-            i += 1
+            i = _class_end(branch, i)
         elif c == "(":
             depth = 0
             while i < n:
@@ -496,10 +503,7 @@ def _atoms(branch: str) -> list[tuple[int, int]] | None:
                     i += 2
                     continue
                 if ch == "[":
-                    end = _atoms(branch[i:])
-                    if not end:
-                        return None
-                    i += end[0][1]
+                    i = _class_end(branch, i)
                     continue
                 depth += ch == "("
                 depth -= ch == ")"
@@ -548,10 +552,7 @@ def _has_other_group(regex: str) -> bool:
             i += 2
             continue
         if c == "[":
-            cls = _atoms(regex[i:])
-            if not cls:
-                return True
-            i += cls[0][1]
+            i = _class_end(regex, i)
             continue
         if (c == "(" and regex[i + 1 : i + 2] == "?" and regex[i + 2 : i + 3] not in (":", "P")) or (
             c == "(" and regex[i + 1 : i + 4] == "?P="

@@ -144,6 +144,51 @@ def load_taxonomy() -> dict[str, dict[str, Any]]:
     return dict(load_data((Path(__file__).parent / "taxonomy.yaml").read_text("utf-8"))["diagnoses"])
 
 
+_LINE_PREFIX: str | None = None
+
+
+def line_prefix() -> str:
+    """The optional log prefixes that `^` in a signature skips (``line_prefixes.yaml``), as one group."""
+    global _LINE_PREFIX
+    if _LINE_PREFIX is None:
+        data = load_data((Path(__file__).parent / "line_prefixes.yaml").read_text("utf-8"))
+        alts = "|".join(f"(?:{p['regex']})" for p in data["prefixes"])
+        # [ \t], not \s: hyperscan scans whole buffers, where \s would carry a prefix over a newline.
+        _LINE_PREFIX = f"(?:(?:{alts})[ \\t]*(?:\\|[ \\t]*)?){{0,2}}"
+    return _LINE_PREFIX
+
+
+def with_line_prefixes(regex: str) -> str:
+    """`regex` with each `^` (outside character classes) followed by the optional log prefixes: a signature's
+    `^` means the start of the text a program printed, whatever a logger or launcher put before it."""
+    if "^" not in regex:
+        return regex
+    out: list[str] = []
+    i, n = 0, len(regex)
+    while i < n:
+        c = regex[i]
+        if c == "\\":
+            out.append(regex[i : i + 2])
+            i += 2
+            continue
+        if c == "[":  # copy the class whole: its ^ negates, and a ] first in it is a literal
+            j = i + 1
+            if j < n and regex[j] == "^":
+                j += 1
+            if j < n and regex[j] == "]":
+                j += 1
+            while j < n and regex[j] != "]":
+                j += 2 if regex[j] == "\\" else 1
+            out.append(regex[i : j + 1])
+            i = j + 1
+            continue
+        out.append(c)
+        if c == "^":
+            out.append(line_prefix())
+        i += 1
+    return "".join(out)
+
+
 def builtin_pack_dirs() -> list[Path]:
     # find_spec rather than importlib.resources, which imports tempfile, shutil and more at start-up.
     spec = importlib.util.find_spec("mldebug_rules.rules")
@@ -579,7 +624,7 @@ def _merge(kb: KnowledgeBase, raw: _RawPack) -> None:
                     title=sig["title"],
                     role=sig["role"],
                     streams=tuple(sig["streams"]),
-                    regex=sig["regex"],
+                    regex=with_line_prefixes(sig["regex"]),
                     ignore_case=sig["ignore_case"],
                     fields=dict(sig["fields"]),
                     hypotheses=tuple(sig["hypotheses"]),
@@ -587,7 +632,7 @@ def _merge(kb: KnowledgeBase, raw: _RawPack) -> None:
                     examples_no_match=tuple(sig["examples"]["no_match"]),
                     where=where,
                     failure=bool(sig["failure"]),
-                    prefilter=sig.get("prefilter"),
+                    prefilter=with_line_prefixes(sig["prefilter"]) if sig.get("prefilter") else None,
                 )
             )
         for i, prog in enumerate(valid.get("progress", [])):

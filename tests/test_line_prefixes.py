@@ -1,0 +1,52 @@
+"""`^` in a signature means the start of the printed text, after a logger's or launcher's prefix."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from mldebug_rules.engine.packs import line_prefix, load_data, with_line_prefixes
+
+PREFIXES = load_data(
+    (Path(__file__).resolve().parents[1] / "engine" / "line_prefixes.yaml").read_text("utf-8")
+)
+
+
+@pytest.mark.parametrize("spec", PREFIXES["prefixes"], ids=lambda s: s["id"])
+def test_each_prefix_matches_its_examples_whole(spec: dict) -> None:
+    for ex in spec["examples"]:
+        assert re.fullmatch(spec["regex"], ex), (spec["id"], ex)
+
+
+def test_caret_skips_up_to_two_prefixes() -> None:
+    rx = re.compile(with_line_prefixes(r"^Segmentation fault"), re.M)
+    for line in (
+        "Segmentation fault (core dumped)",
+        "2024-05-01 12:00:03 | Segmentation fault (core dumped)",
+        "[rank0]: Segmentation fault",
+        "2024-05-01 12:00:03,123 [rank1]: Segmentation fault",
+        "May  1 12:00:03 node017 python[42]: Segmentation fault",
+        "ERROR:root: Segmentation fault",
+    ):
+        assert rx.search(line), line
+    for line in (
+        "a Segmentation fault",
+        "2024-05-01 12:00:03 INFO Segmentation fault handler installed",
+        "Epoch 3: Segmentation fault counts 0",
+    ):
+        assert not rx.search(line), line
+
+
+def test_prefix_never_crosses_a_line() -> None:
+    rx = re.compile(with_line_prefixes(r"^Killed\s*$"), re.M)
+    assert not rx.search("12:00:03\nx Killed")
+    assert "\\s" not in line_prefix()
+
+
+def test_classes_and_escapes_keep_their_caret() -> None:
+    assert with_line_prefixes(r"[^a-z^]x\^y") == r"[^a-z^]x\^y"
+    assert with_line_prefixes(r"[]^]x") == r"[]^]x"
+    out = with_line_prefixes(r"(?:^|[^A-Za-z_])epoch")
+    assert out.startswith("(?:^" + line_prefix() + "|[^A-Za-z_])")
+    re.compile(out)
