@@ -48,6 +48,10 @@ _ALIASES: dict[str, tuple[str, ...]] = {
         "running_loss",
         "avg_train_loss",
         "train_loss_avg",
+        # not a bare "cost": MXNet's "Epoch[3] Time cost=24.695" is read as one (a healthy run's epoch time)
+        "train_cost",
+        "training_cost",
+        "avg_cost",
     ),
     "val_loss": (
         "val_loss",
@@ -60,6 +64,8 @@ _ALIASES: dict[str, tuple[str, ...]] = {
         "val_lm_loss",
         "test_loss",
         "val_objective",
+        "val_cost",
+        "validation_cost",
     ),
     # accuracies: overfitting is also read from a train/validation accuracy gap (collectors/trends.py)
     "acc": (

@@ -296,3 +296,15 @@ def test_big_log_metric_lines_are_sampled_with_exact_line_numbers(tmp_path: Path
     # Below the threshold every line is read.
     monkeypatch.setattr(mp, "SAMPLE_MIN_BYTES", 1 << 30)
     assert LineReader().read(path, "train.log").series["loss"].total == n - n // 3
+
+
+def test_a_named_cost_is_the_loss() -> None:
+    """`train cost`, `val_cost`: the loss under another name. A bare `cost` stays itself: MXNet's
+    "Epoch[3] Time cost=24.695" is an epoch's time, and reading it as the loss made a healthy run spike."""
+    assert [canonical(n) for n in ("train cost", "avg_cost", "val_cost", "cost", "time cost")] == [
+        "loss",
+        "loss",
+        "val_loss",
+        "cost",
+        "time_cost",
+    ]
