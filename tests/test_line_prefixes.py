@@ -50,3 +50,17 @@ def test_classes_and_escapes_keep_their_caret() -> None:
     out = with_line_prefixes(r"(?:^|[^A-Za-z_])epoch")
     assert out.startswith("(?:^" + line_prefix() + "|[^A-Za-z_])")
     re.compile(out)
+
+
+def test_a_caret_signature_gets_a_loose_prefilter_that_covers_it() -> None:
+    """The fast scanner looks for `^[^\\n]*...` (what a bare `^` cost), the regex confirms the prefixes."""
+    from mldebug_rules.engine.packs import load_packs
+
+    kb = load_packs([], strict=False)
+    anchored = [s for s in kb.signatures if line_prefix() in s.regex]
+    assert anchored
+    for s in anchored:
+        assert s.prefilter and line_prefix() not in s.prefilter, s.id
+        loose = re.compile(s.prefilter, re.M | (re.I if s.ignore_case else 0))
+        for ex in s.examples_match:
+            assert loose.search(ex), (s.id, ex)
