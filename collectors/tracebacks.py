@@ -76,7 +76,39 @@ _STDLIB = re.compile(r"(?:^|/)(?:lib|Lib)/(?:python\d(?:\.\d+)?/)?")
 # Distribution directory -> the package name rules use (lightning ships under three names).
 _ALIASES = {"pytorch_lightning": "lightning", "lightning_fabric": "lightning", "lightning": "lightning"}
 _STRERROR = {os.strerror(n): name for n, name in _errno.errorcode.items()}
-_WIN_ERRNO = {"ERROR_DISK_FULL": "ENOSPC", "ERROR_HANDLE_DISK_FULL": "ENOSPC"}
+# Windows system error codes ([WinError N]) -> the errno name rules match on: CPython's own mapping
+# (PC/errmap.h) where it has one, else the POSIX error of the same meaning. Their messages are localised,
+# so the number is what names them.
+_WIN_ERRNO = {
+    2: "ENOENT",  # ERROR_FILE_NOT_FOUND
+    3: "ENOENT",  # ERROR_PATH_NOT_FOUND
+    4: "EMFILE",  # ERROR_TOO_MANY_OPEN_FILES
+    5: "EACCES",  # ERROR_ACCESS_DENIED
+    6: "EBADF",  # ERROR_INVALID_HANDLE
+    8: "ENOMEM",  # ERROR_NOT_ENOUGH_MEMORY
+    14: "ENOMEM",  # ERROR_OUTOFMEMORY
+    19: "EROFS",  # ERROR_WRITE_PROTECT
+    21: "EIO",  # ERROR_NOT_READY
+    23: "EIO",  # ERROR_CRC
+    32: "EACCES",  # ERROR_SHARING_VIOLATION (another process holds the file)
+    33: "EACCES",  # ERROR_LOCK_VIOLATION
+    39: "ENOSPC",  # ERROR_HANDLE_DISK_FULL
+    53: "ENOENT",  # ERROR_BAD_NETPATH
+    59: "EIO",  # ERROR_UNEXP_NET_ERR
+    64: "EIO",  # ERROR_NETNAME_DELETED
+    80: "EEXIST",  # ERROR_FILE_EXISTS
+    112: "ENOSPC",  # ERROR_DISK_FULL
+    123: "EINVAL",  # ERROR_INVALID_NAME
+    183: "EEXIST",  # ERROR_ALREADY_EXISTS
+    206: "ENAMETOOLONG",  # ERROR_FILENAME_EXCED_RANGE
+    1117: "EIO",  # ERROR_IO_DEVICE
+    1450: "ENOMEM",  # ERROR_NO_SYSTEM_RESOURCES
+    1455: "ENOMEM",  # ERROR_COMMITMENT_LIMIT ("The paging file is too small")
+    10053: "ECONNABORTED",  # WSAECONNABORTED
+    10054: "ECONNRESET",  # WSAECONNRESET
+    10060: "ETIMEDOUT",  # WSAETIMEDOUT
+    10061: "ECONNREFUSED",  # WSAECONNREFUSED
+}
 _BUILTIN_FAMILIES = (
     "OSError",
     "ValueError",
@@ -281,7 +313,7 @@ def _errno_of(message: str) -> tuple[int, str, str]:
     if m:
         no = int(m.group("no"))
         strerror = m.group("str").strip()
-        name = _errno.errorcode.get(no, "") if message.startswith("[Errno") else ""
+        name = _errno.errorcode.get(no, "") if message.startswith("[Errno") else _WIN_ERRNO.get(no, "")
         return no, _STRERROR.get(strerror, name) or name, strerror
     for text, name in _STRERROR.items():  # no number printed: the C library's own wording names it
         if text and len(text) > 12 and text in message:

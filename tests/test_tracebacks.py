@@ -317,3 +317,23 @@ def test_logger_prefix_on_every_line_and_plain_exception() -> None:
         ("subprocess.CalledProcessError", "user"),
         ("Exception", "user"),
     ]
+
+
+@pytest.mark.parametrize(
+    ("line", "name"),
+    [
+        ("PermissionError: [WinError 5] Access is denied: 'C:\\\\runs\\\\ckpt.pt'", "EACCES"),
+        ("PermissionError: [WinError 32] Der Prozess kann nicht auf die Datei zugreifen", "EACCES"),
+        ("OSError: [WinError 112] There is not enough space on the disk", "ENOSPC"),
+        ("OSError: [WinError 1455] The paging file is too small for this operation to complete", "ENOMEM"),
+        (
+            "FileExistsError: [WinError 183] Cannot create a file when that file already exists: 'out'",
+            "EEXIST",
+        ),
+        ("OSError: [WinError 99999] Something new", ""),
+    ],
+)
+def test_windows_error_codes_name_their_errno(line: str, name: str) -> None:
+    """Windows messages are localised: the code names the error, so errno rules see Windows failures too."""
+    (e,) = parse_lines([(1, "Traceback (most recent call last):"), (2, line)])
+    assert e.errno_name == name
