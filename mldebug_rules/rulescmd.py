@@ -14,7 +14,23 @@ def _load(args: argparse.Namespace):
     from .engine.packs import load_packs
 
     strict = bool(args.strict) or args.action != "list"
+    args.packs = _expand_pack_folders(args.packs)
     return load_packs([Path(p) for p in args.packs], strict=strict, cache=cache)
+
+
+def _expand_pack_folders(paths: list[str]) -> list[str]:
+    """A folder of packs (no pack.yaml of its own, packs one level down, as `rules/`) stands for its packs:
+    `rules lint rules` lints every pack in it, as a team's CI would write it."""
+    out: list[str] = []
+    for p in paths:
+        d = Path(p)
+        packs = (
+            sorted(c for c in d.iterdir() if c.is_dir() and (c / "pack.yaml").is_file())
+            if d.is_dir() and not (d / "pack.yaml").exists()
+            else []
+        )
+        out.extend([str(c) for c in packs] or [p])
+    return out
 
 
 def cmd_list(args: argparse.Namespace) -> int:

@@ -16,7 +16,7 @@ requires: mldebug-rules/rules/v1
 
 _RULES = """# One file per topic: signatures turn log lines into facts, rules turn facts into hypotheses.
 signatures:
-  - id: example_error
+  - id: {name}_example_error
     title: ExampleFramework could not open its cache
     role: root
     regex: 'ExampleCacheError: cache at (?P<cache_path>\\S+) is corrupt'
@@ -44,13 +44,13 @@ smokes:
       reproduced: {{refutes: [{name}.example_cache_corrupt]}}
 
 rules:
-  - id: example_cache_corrupt
+  - id: {name}_example_cache_corrupt
     title: The log reports a corrupt example cache
     status: experimental
     description: ExampleFramework refuses a cache it cannot read.
     falsepositives: [none known]
     when:
-      err: {{kind: log.signature, match: {{signature: example_error}}}}
+      err: {{kind: log.signature, match: {{signature: {name}_example_error}}}}
     then:
       hypothesis: {name}.example_cache_corrupt
       weight: 0.8

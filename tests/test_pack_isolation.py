@@ -211,6 +211,20 @@ def test_rules_test_pack_selects_by_name(tmp_path: Path) -> None:
     assert p.returncode == 2 and "--pack nope: no such pack" in p.stderr
 
 
+def test_rules_commands_take_a_folder_of_packs(tmp_path: Path) -> None:
+    """`rules test teams` / `rules lint teams`: a folder whose subfolders are packs stands for all of them."""
+    team = tmp_path / "teams"
+    team.mkdir()
+    for name in ("acme", "bolt"):
+        assert cli("rules", "new", name, cwd=team).returncode == 0
+        for f in (team / name).glob("example*.yaml"):  # each team's own framework, not the same log line
+            f.write_text(f.read_text().replace("ExampleCache", f"{name.title()}Cache"))
+    p = cli("rules", "test", "teams", cwd=tmp_path)
+    assert p.returncode == 0 and p.stdout.strip().endswith("4 passed, 0 failed"), p.stdout + p.stderr
+    p = cli("rules", "lint", "teams", cwd=tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+
+
 # --- refining a built-in diagnosis with a context signature ---------------------------------------------------
 REFINE = """signatures:
   - id: acme_ckpt_off
