@@ -1,4 +1,4 @@
-"""No built-in signature matches the lines a long healthy run repeats (progress lines of the common formats, NCCL
+"""No built-in signature matches (more than once in 2,000 lines) the lines a long healthy run repeats (progress lines of the common formats, NCCL
 INFO chatter, the usual warnings). The scanner confirms every signature hit in Python, so a signature that matches
 a progress line costs a Python call per line of a long log: one such wording (a loss-scale field on every Megatron
 line read as "fp16 is on") once made a 1 GiB diagnosis ten times slower. The lines are the speed benchmark's own
@@ -18,6 +18,7 @@ BENCH = Path(__file__).resolve().parents[1] / "bench" / "bench_logscan.py"
 # Signatures meant to match progress lines, each used by a rule that needs the step it carries. Keep this short:
 # each costs a Python call per matching line.
 PROGRESS_SIGNATURES = {"tqdm_bar_progress"}
+MAX_HIT_SHARE = 2000  # any other signature may match at most one line in this many of a healthy run
 
 
 def _bench():  # type: ignore[no-untyped-def]
@@ -38,12 +39,15 @@ def test_no_signature_matches_a_healthy_runs_repeated_lines(
     planted = bench.generate_log(log, 1, mix=mix)
     lines = [ln for i, ln in enumerate(log.read_text().splitlines(), 1) if i not in planted]
     assert len(lines) > 5000
-    hits: dict[str, str] = {}
+    # A warning a run prints now and then (a DataLoader's worker-count advice, once per epoch) costs nothing
+    # that shows; a line the run repeats every few steps costs a Python call per step.
+    most = len(lines) // MAX_HIT_SHARE
+    hits: dict[str, tuple[int, str]] = {}
     for sig in kb.signatures:
         if sig.id in PROGRESS_SIGNATURES:
             continue
         r = regex.compile(sig.regex, regex.IGNORECASE if sig.ignore_case else 0)
-        hit = next((ln for ln in lines if r.search(ln)), None)
-        if hit is not None:
-            hits[sig.id] = hit
-    assert not hits, f"signatures matching lines a healthy run repeats: {hits}"
+        matched = [ln for ln in lines if r.search(ln)]
+        if len(matched) > most:
+            hits[sig.id] = (len(matched), matched[0])
+    assert not hits, f"signatures matching lines a healthy run repeats (more than {most} of {len(lines)}): {hits}"
