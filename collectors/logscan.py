@@ -52,6 +52,7 @@ from typing import Any, BinaryIO, Protocol
 
 import regex as _regex
 
+from ..engine.regex_text import class_end
 from ..engine.safeio import Unreadable, open_regular
 
 try:  # the fast engine is optional: everything works without it, just slower
@@ -469,20 +470,6 @@ def _relax_end_anchors(regex: str) -> str | None:
     return loose
 
 
-def _class_end(regex: str, i: int) -> int:
-    """The index after the character class that starts at regex[i] ("["); a "]" first in it (after an optional
-    "^") is a literal. Linear: a regex with many classes must not cost a parse of its rest per class."""
-    n = len(regex)
-    i += 1
-    if regex[i : i + 1] == "^":
-        i += 1
-    if regex[i : i + 1] == "]":
-        i += 1
-    while i < n and regex[i] != "]":
-        i += 2 if regex[i] == "\\" else 1
-    return i + 1
-
-
 def _atoms(branch: str) -> list[tuple[int, int]] | None:
     """(start, end) of each atom of one alternative of a regex, a quantifier counted in its atom; None when a
     construct is not understood here (the caller then keeps the plain loosening)."""
@@ -494,7 +481,7 @@ def _atoms(branch: str) -> list[tuple[int, int]] | None:
         if c == "\\":
             i += 2
         elif c == "[":
-            i = _class_end(branch, i)
+            i = class_end(branch, i)
         elif c == "(":
             depth = 0
             while i < n:
@@ -503,7 +490,7 @@ def _atoms(branch: str) -> list[tuple[int, int]] | None:
                     i += 2
                     continue
                 if ch == "[":
-                    i = _class_end(branch, i)
+                    i = class_end(branch, i)
                     continue
                 depth += ch == "("
                 depth -= ch == ")"
@@ -552,7 +539,7 @@ def _has_other_group(regex: str) -> bool:
             i += 2
             continue
         if c == "[":
-            i = _class_end(regex, i)
+            i = class_end(regex, i)
             continue
         if (c == "(" and regex[i + 1 : i + 2] == "?" and regex[i + 2 : i + 3] not in (":", "P")) or (
             c == "(" and regex[i + 1 : i + 4] == "?P="

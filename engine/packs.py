@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 from .facts import FactError, FactRegistry
 from .keys import digest
+from .regex_text import class_end
 from .yamlload import LineDict, YamlError, line_of, load_data, load_file
 
 RULES_SCHEMA = "mldebug-rules/rules/v1"
@@ -175,16 +176,10 @@ def with_line_prefixes(regex: str, loose: bool = False) -> str:
             out.append(regex[i : i + 2])
             i += 2
             continue
-        if c == "[":  # copy the class whole: its ^ negates, and a ] first in it is a literal
-            j = i + 1
-            if j < n and regex[j] == "^":
-                j += 1
-            if j < n and regex[j] == "]":
-                j += 1
-            while j < n and regex[j] != "]":
-                j += 2 if regex[j] == "\\" else 1
-            out.append(regex[i : j + 1])
-            i = j + 1
+        if c == "[":  # copy the class whole: its ^ negates
+            j = class_end(regex, i)
+            out.append(regex[i:j])
+            i = j
             continue
         out.append(c)
         if c == "^":
