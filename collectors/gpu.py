@@ -210,7 +210,10 @@ def parse_table(text: str) -> Iterator[tuple[int, dict[str, Any], str]]:
             (r"(\d+)W\s*/\s*\d+W", "power_w"),
             (r"(\d+)MiB\s*/\s*\d+MiB", "mem_used_mib"),
             (r"\d+MiB\s*/\s*(\d+)MiB", "mem_total_mib"),
-            (r"MiB\s*\|\s*(\d+)%\s", "util_pct"),  # the cell after Memory-Usage (the first one may be Fan: "| 30%")
+            (
+                r"MiB\s*\|\s*(\d+)%\s",
+                "util_pct",
+            ),  # the cell after Memory-Usage (the first one may be Fan: "| 30%")
         ):
             mm = re.search(rx, nxt)
             if mm:

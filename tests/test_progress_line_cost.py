@@ -50,4 +50,6 @@ def test_no_signature_matches_a_healthy_runs_repeated_lines(
         matched = [ln for ln in lines if r.search(ln)]
         if len(matched) > most:
             hits[sig.id] = (len(matched), matched[0])
-    assert not hits, f"signatures matching lines a healthy run repeats (more than {most} of {len(lines)}): {hits}"
+    assert not hits, (
+        f"signatures matching lines a healthy run repeats (more than {most} of {len(lines)}): {hits}"
+    )
