@@ -3,7 +3,8 @@
 - Each rule counts once per hypothesis (its strongest firing); independent rules combine by noisy-OR.
 - A hypothesis resting only on cascade evidence (watchdog timeouts, "worker exited unexpectedly") is a
   consequence: when a root hypothesis exists it is discounted and listed as explained by that root.
-- A firing may name hypotheses it ``explains``; those are capped below it.
+- A firing may name hypotheses it ``explains``; those are capped below it. When two hypotheses explain each
+  other, the more specific firing (more joined facts) decides, whatever order the firings came in.
 - A rule may derive ``ruled_out`` facts: a hypothesis ruled out that way is not listed (a process that is
   still printing is not hung, however long another of its logs has been silent).
 - Ties break on the id, so the order is deterministic.
@@ -98,18 +99,37 @@ def rank(kb: KnowledgeBase, firings: Sequence[Firing], facts: Mapping[str, Fact]
         if h.role == "cascade" and roots:
             h.score *= CASCADE_DISCOUNT
             h.explained_by = sorted(r.id for r in roots)
-    for f in firings:
-        if f.hypothesis not in hyps:
-            continue
-        for target in f.explains:
-            t = hyps.get(target)
-            if t is not None and t.id != f.hypothesis:
-                t.score = min(t.score, hyps[f.hypothesis].score * EXPLAINED_CAP)
-                if f.hypothesis not in t.explained_by:
-                    t.explained_by = sorted([*t.explained_by, f.hypothesis])
+    _apply_explains(kb, firings, hyps)
     for h in hyps.values():
         h.score = round(h.score, 4)
     return sort_hypotheses(list(hyps.values()))
+
+
+def _apply_explains(kb: KnowledgeBase, firings: Sequence[Firing], hyps: dict[str, Hypothesis]) -> None:
+    """Cap each explained hypothesis below the one that explains it.
+
+    Two hypotheses may explain each other (a native crash explains a peer's watchdog timeout; the watchdog's own
+    abort after a timeout is no native crash). The more specific firing decides, as in OPS5's conflict
+    resolution: the one whose rule joins more facts, then the heavier, then the rule id. Once A has explained B,
+    B no longer explains A. Firings are applied in that order, never in firing order, so the ranking does not
+    depend on which backend ran or on the order facts arrived in.
+    """
+    joins = {r.id: len(r.spec.get("when") or {}) for r in kb.rules}
+    explaining = [f for f in firings if f.explains and f.hypothesis in hyps]
+    explaining.sort(key=lambda f: (-joins.get(f.rule, 1), -f.weight, -hyps[f.hypothesis].score, f.rule, f.hypothesis))
+    applied: set[tuple[str, str]] = set()
+    for f in explaining:
+        source = hyps[f.hypothesis]
+        for target in f.explains:
+            t = hyps.get(target)
+            if t is None or t.id == source.id or (t.id, source.id) in applied:
+                continue
+            applied.add((source.id, t.id))
+            t.score = min(t.score, source.score * EXPLAINED_CAP)
+            if source.id not in t.explained_by:
+                t.explained_by = sorted([*t.explained_by, source.id])
+            # A rule that names what it explains overrides the generic "cascades follow any root" reading.
+            source.explained_by = [e for e in source.explained_by if e != t.id]
 
 
 def sort_hypotheses(hyps: list[Hypothesis]) -> list[Hypothesis]:
