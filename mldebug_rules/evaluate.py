@@ -176,10 +176,11 @@ def _load_cases(cases_dir: Path, labels_dir: Path | None) -> list[Case]:
 
 def hit(ids: Sequence[str], verdict: str | None, case: Case) -> bool:
     """Whether a diagnosis that ranked ``ids`` (top-1 or top-3) with ``verdict`` scores on ``case``: its
-    expected id or one it accepts is among them; for a healthy case, the verdict says "no_failure"."""
+    expected id or one it accepts is among them; for a healthy case, the verdict says "no_failure" (or an id the
+    case accepts is among them: a run that completed with a wrong setting may accept config_error)."""
     fair = {case.expected, *case.accept}
     if case.expected == NO_FAILURE_ID:  # "nothing failed" is judged by the verdict, not by a listed id
-        return verdict == "no_failure"
+        return verdict == "no_failure" or any(i in case.accept for i in ids)
     return any(i in fair for i in ids)
 
 

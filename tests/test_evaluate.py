@@ -98,3 +98,16 @@ def test_fresh_cases_are_a_split_of_their_own(cases: Path, capsys: pytest.Captur
     assert re.search(r"^  fresh +1 cases +top-1 +0/1 \(0\.0%\)", capsys.readouterr().out, re.M)
     assert main(["eval", str(cases), "--subset", "fresh", "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["cases"] == 1
+
+
+def test_a_healthy_case_scores_on_the_verdict_or_on_an_id_it_accepts() -> None:
+    from mldebug_rules.evaluate import Case, hit
+
+    case = Case(name="c", path=Path("."), expected="completed_normally", accept=["config_error"])
+    assert hit([], "no_failure", case)
+    assert hit(["config_error"], "uncertain", case)
+    assert hit(["gpu_oom", "config_error"], "uncertain", case)
+    assert not hit(["gpu_oom"], "uncertain", case)
+    assert not hit(
+        ["completed_normally"], "uncertain", Case(name="d", path=Path("."), expected="completed_normally")
+    )
