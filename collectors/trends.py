@@ -551,7 +551,7 @@ def _overfitting(loss: Series, val: Series, p: Mapping[str, float]) -> list[Tren
     if len(vy) < p["overfit_min_val_points"]:
         return []
     lo = min(range(len(vy)), key=lambda i: vy[i])
-    if lo >= len(vy) - 1 or vy[lo] <= 0:
+    if lo >= len(vy) - 1 or vy[lo] == 0:
         return []
     end = _med(vy[-2:])
     # A steady climb (each of the last N evaluations above the one before) is no noise: its last value counts.
@@ -559,7 +559,9 @@ def _overfitting(loss: Series, val: Series, p: Mapping[str, float]) -> list[Tren
     tail = vy[max(lo, len(vy) - n - 1) :]
     if n >= 1 and len(tail) == n + 1 and all(b > a for a, b in pairwise(tail)):
         end = vy[-1]
-    rise = (end - vy[lo]) / vy[lo]
+    # Relative to the best value's size: negative losses (soft Dice, negative log-likelihoods of flows) rise
+    # towards zero when they overfit.
+    rise = (end - vy[lo]) / abs(vy[lo])
     if rise < p["overfit_val_rise"]:
         return []
     lx, ly = loss.finite()

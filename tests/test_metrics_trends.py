@@ -107,6 +107,17 @@ def test_overfitting_threshold(val_end: float, expect: bool) -> None:
     assert ("overfitting" in _trends(ss)) is expect
 
 
+@pytest.mark.parametrize(("val_end", "expect"), [(-0.80, True), (-0.86, False)])
+def test_overfitting_with_negative_losses(val_end: float, expect: bool) -> None:
+    # A soft-Dice style loss: lower (more negative) is better; rising towards zero after its best is overfitting.
+    ss = SeriesSet("t")
+    for i in range(20):
+        ss.add("loss", i * 10, -0.5 - 0.02 * i)
+    for i, v in enumerate([-0.6, -0.8, -0.9, val_end, val_end]):
+        ss.add("val_loss", i * 40 + 39, v)
+    assert ("overfitting" in _trends(ss)) is expect
+
+
 def test_overfitting_needs_train_falling() -> None:
     ss = SeriesSet("t")
     for i in range(20):
