@@ -125,11 +125,20 @@ def _share_name(name: str, unit: str) -> str:
 
 def _x(counters: dict[str, tuple[int, int | None, int | None, int | None]]) -> float | None:
     """The x coordinate from a line's counters: a global step, else epoch*batches+batch, else the epoch."""
-    for kind in ("global_step", "global step", "num_updates", "step", "update"):
+    for kind in ("global_step", "global step", "num_updates"):
         if kind in counters:
             return float(counters[kind][0])
-    it = counters.get("iteration") or counters.get("iter")
     ep = counters.get("epoch")
+    for kind in ("step", "update"):
+        if kind in counters:
+            n, of = counters[kind][0], counters[kind][1]
+            # "Epoch [2/5], Step [100/600]" (the PyTorch tutorials' loop): the step counts within the epoch, as
+            # "epoch 3 iter 100/500" does. Were it a global step with its total, epoch*total+step still grows
+            # with time, so the order of the points is right either way.
+            if ep is not None and of:
+                return float(ep[0] * of + n)
+            return float(n)
+    it = counters.get("iteration") or counters.get("iter")
     if it is not None:
         if ep is not None and it[1]:  # "epoch 3 iter 100/500": the iteration counts within the epoch
             return float(ep[0] * it[1] + it[0])

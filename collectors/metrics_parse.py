@@ -51,7 +51,10 @@ _RATE = re.compile(r",\s*(\d+(?:\.\d+)?)/s\b")
 # 469/469 [02:59<00:00, 2.62it/s]" under a header "Epoch GPU_mem box_loss obj_loss cls_loss Instances Size":
 # the memory in G, two to four loss columns, then instances and image size; tqdm's rate (it/s, or s/it when
 # slower than one iteration a second).
-_YOLO = re.compile(r"^\s*\d+/\d+\s+(?P<mem>[0-9.]+)G\s+(?P<losses>(?:[0-9.]+\s+){2,4})\d+\s+\d+\b")
+# A diverged fp16 run prints "nan" (or "inf") in the loss columns: those must be read, not skip the line.
+_YOLO = re.compile(
+    r"^\s*\d+/\d+\s+(?P<mem>[0-9.]+)G\s+(?P<losses>(?:(?:[0-9.]+|nan|inf)\s+){2,4})\d+\s+\d+\b"
+)
 _TQDM_RATE = re.compile(r"(\d+(?:\.\d+)?)(it/s|s/it)\]")
 _POSTFIX = re.compile(r"([A-Za-z][A-Za-z0-9_/.]{0,80})=(" + NUMBER + r")(?=[,\]\s]|$)")
 _KV = re.compile(r"([A-Za-z][A-Za-z0-9_]{0,80})=(" + NUMBER + r")(?:[KMGT]i?B|ms|s)?(?=[,\s]|$)")

@@ -365,3 +365,32 @@ def test_matconvnet_epoch_batch_counter_places_the_point() -> None:
     assert parse_generic("train: epoch 02: 600/1112: 5.4 (5.3) Hz objective: 0.752")[1] == {
         "x": 2 * 1112 + 600
     }
+
+
+def test_yolo_epoch_lines_read_nan_loss_columns() -> None:
+    # A diverged fp16 YOLO run prints nan in its loss columns; the line must still give a loss point (NaN).
+    ss = parse_text_lines(
+        "".join(
+            f"     {e}/299     6.02G    0.0{5 - e % 3}52    0.0348    0.0190         95        640: 100%|██████████|"
+            f" 469/469 [03:01<00:00, 2.58it/s]\n"
+            for e in range(10)
+        )
+        + "     10/299     6.02G        nan        nan        nan         95        640: 100%|██████████| 469/469"
+        " [03:01<00:00, 2.58it/s]\n"
+    )
+    values = ss.series["loss"].values
+    assert len(values) == 11 and math.isnan(values[-1]) and all(math.isfinite(v) for v in values[:-1])
+
+
+def test_a_step_counted_within_its_epoch_takes_the_epoch_into_x() -> None:
+    # The PyTorch tutorials' loop prints "Epoch [e/E], Step [i/n]": i restarts every epoch.
+    ss = parse_text_lines(
+        "".join(
+            f"Epoch [{e}/3], Step [{i}/300], Loss: {2.0 - 0.1 * e - i / 1000:.4f}\n"
+            for e in range(1, 4)
+            for i in (100, 200, 300)
+        )
+    )
+    steps = ss.series["Loss"].steps if "Loss" in ss.series else ss.series["loss"].steps
+    assert steps == sorted(steps) and len(set(steps)) == 9
+    assert parse_generic("step 100 | loss 2.0")[1] == {"x": 100.0}  # a step without an epoch stays as it is
