@@ -669,6 +669,25 @@ def read_jsonl(path: Path, display: str) -> SeriesSet:
     return out
 
 
+def _loss_components(cols: list[str]) -> dict[str, list[str]]:
+    """{total: its component columns} for a CSV that logs only a loss's parts (Ultralytics' results.csv:
+    train/box_loss, train/obj_loss, train/cls_loss and their val/ twins): the total is their sum, as the
+    trainer optimises it, so the curve detectors see a loss."""
+    names = {c: canonical(c) for c in cols}
+    out: dict[str, list[str]] = {}
+    for total, val in (("loss", False), ("val_loss", True)):
+        if total in names.values():
+            continue
+        parts = [
+            c
+            for c, n in names.items()
+            if n.endswith("_loss") and n not in ("loss", "val_loss") and n.startswith("val_") is val
+        ]
+        if len(parts) >= 2:
+            out[total] = parts
+    return out
+
+
 def read_csv(path: Path, display: str) -> SeriesSet:
     """Lightning CSVLogger (sparse rows: train and val metrics on different rows) and generic metric CSVs."""
     out = SeriesSet(display)
@@ -685,12 +704,17 @@ def read_csv(path: Path, display: str) -> SeriesSet:
             if not header:
                 return out
             cols = [c.strip() for c in header]
+            totals = _loss_components(cols)
             for row_no, row in enumerate(reader, 2):
                 if len(row) > 10000:
                     continue
                 rec = {c: v for c, v in zip(cols, row, strict=False) if v.strip() != ""}
                 if not rec:
                     continue
+                for total, parts in totals.items():
+                    vals = [to_float(rec.get(c)) for c in parts]
+                    if all(v is not None for v in vals):
+                        rec[total] = repr(sum(v for v in vals if v is not None))
                 x, stepped = _record_x(rec, row_no - 1)
                 if not stepped and "epoch" in rec:
                     e = _num(rec["epoch"])

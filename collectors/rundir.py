@@ -70,15 +70,26 @@ _SMI_CSV_FIELDS = re.compile(
 )
 
 
+_CSV_COUNTERS = frozenset({"epoch", "step", "global_step", "iter", "iteration", "trainer/global_step"})
+
+
 def sniff_csv(path: Path) -> str | None:
-    """The role of a `.csv` file that its name does not give: a saved nvidia-smi query log is `gpu`."""
+    """The role of a `.csv` file that its name does not give: a saved nvidia-smi query log is `gpu`, a
+    training logger's table (a counter column and a loss column) is `metrics`."""
     try:
         with open_regular(path) as f:
             head = f.read(1024)
     except OSError:
         return None
     first = head.split(b"\n", 1)[0]
-    return "gpu" if len(_SMI_CSV_FIELDS.findall(first)) >= 2 else None
+    if len(_SMI_CSV_FIELDS.findall(first)) >= 2:
+        return "gpu"
+    # A training logger's CSV under a name of its own (Ultralytics' results.csv, Keras CSVLogger's history.csv,
+    # a hand-written log.csv): a counter column and a loss column.
+    fields = {f.strip().strip('"').lower() for f in first.decode("utf-8", "replace").split(",")}
+    if fields & _CSV_COUNTERS and any("loss" in f for f in fields):
+        return "metrics"
+    return None
 
 
 @dataclass
