@@ -23,6 +23,9 @@ SKIP_DIRS = {".git", ".mldebug", "__pycache__", ".hg", ".svn", "node_modules", "
 _COMPRESSED = (".gz", ".zst")
 _CHECKPOINT_SUFFIXES = (".pt", ".pth", ".ckpt", ".bin", ".safetensors")
 _LOG_SUFFIXES = (".log", ".out", ".err", ".txt")
+# PBS/Torque and Grid Engine name a job's output JOBNAME.oJOBID and JOBNAME.eJOBID (an array task adds
+# -TASK or .TASK); their wall-time kills are written there.
+_PBS_OUTPUT = re.compile(r"\.[oe]\d+(?:[.-]\d+)?$")
 # Roles whose files a redirected report or a renamed bundle could land in (read as text by the probes).
 _SNIFFED_ROLES = ("train", "scheduler", "kernel", "gpu")
 
@@ -42,7 +45,7 @@ def classify(name: str) -> str | None:
         return "kernel"
     if low.startswith("nvidia-smi"):
         return "gpu"
-    if fnmatch.fnmatch(low, "slurm-*.out") or fnmatch.fnmatch(low, "slurm-*.err"):
+    if fnmatch.fnmatch(low, "slurm-*.out") or fnmatch.fnmatch(low, "slurm-*.err") or _PBS_OUTPUT.search(base):
         return "scheduler"
     if name.endswith(".mldebug.json"):
         return "bundle"

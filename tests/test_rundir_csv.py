@@ -1,4 +1,4 @@
-"""CSV files whose names say nothing: the header decides (nvidia-smi query logs, training loggers' tables)."""
+"""Files whose names say little: CSV roles from the header, PBS/Grid Engine job output by its suffix."""
 
 from __future__ import annotations
 
@@ -39,3 +39,12 @@ def test_a_table_of_loss_parts_gets_its_total(tmp_path: Path) -> None:
     # a table that logs its total keeps it as it is
     (tmp_path / "m.csv").write_text("step,loss,loss_ce,loss_bbox\n1,2.0,1.5,0.4\n")
     assert read_csv(tmp_path / "m.csv", "m.csv").series["loss"].values == [2.0]
+
+
+def test_pbs_and_grid_engine_job_output_is_scheduler_output() -> None:
+    from mldebug_rules.collectors.rundir import classify
+
+    for name in ("train.o12345", "job.e991", "array.o55-3", "array.o12345.2"):
+        assert classify(name) == "scheduler", name
+    for name in ("model.onnx", "foo.o", "a.e5x"):
+        assert classify(name) is None, name
