@@ -64,3 +64,25 @@ def test_a_caret_signature_gets_a_loose_prefilter_that_covers_it() -> None:
         loose = re.compile(s.prefilter, re.M | (re.I if s.ignore_case else 0))
         for ex in s.examples_match:
             assert loose.search(ex), (s.id, ex)
+
+
+def test_caret_skips_a_progress_bar_that_did_not_end_its_line() -> None:
+    """A shell's message lands after a tqdm bar (pasted terminal output) or after its last carriage return."""
+    rx = re.compile(with_line_prefixes(r"^Segmentation fault"), re.M)
+    for line in (
+        " 20%|##        | 11/56 [00:02<00:08,  5.02it/s]Segmentation fault (core dumped)",
+        "Epoch 3:  20%|##  | 11/56 [00:02<00:08,  5.02it/s, loss=0.4]Segmentation fault (core dumped)",
+        "Epoch 3:  18%|#8  | 10/56 [00:02<00:08,  5.0it/s]\rEpoch 3:  20%|##  | 11/56 [00:02<00:08,  5.02it/s]\rSegmentation fault",
+    ):
+        assert rx.search(line), line
+    for line in (
+        "Epoch 3:  20%|##  | 11/56 [00:02<00:08,  5.02it/s] no Segmentation fault here",
+        "Epoch 3:  20% done, Segmentation fault counts 0",
+    ):
+        assert not rx.search(line), line
+
+
+def test_caret_skips_a_keras_progress_bar_that_did_not_end_its_line() -> None:
+    rx = re.compile(with_line_prefixes(r"^zsh: segmentation fault"), re.M)
+    assert rx.search("5000/5000 [==========] - ETA: 0s - loss: 2.3416 - accuracy: 0.3065zsh: segmentation fault  python t.py")
+    assert not rx.search("5000/5000 [==========] - 3s - loss: 0.31 - note zsh: segmentation fault earlier")
