@@ -7,6 +7,7 @@ pack's test cases). Every error names ``path:line`` and says what to do, like a 
 from __future__ import annotations
 
 import copy
+import functools
 import importlib.util
 import json
 import os
@@ -145,18 +146,13 @@ def load_taxonomy() -> dict[str, dict[str, Any]]:
     return dict(load_data((Path(__file__).parent / "taxonomy.yaml").read_text("utf-8"))["diagnoses"])
 
 
-_LINE_PREFIX: str | None = None
-
-
+@functools.cache
 def line_prefix() -> str:
     """The optional log prefixes that `^` in a signature skips (``line_prefixes.yaml``), as one group."""
-    global _LINE_PREFIX
-    if _LINE_PREFIX is None:
-        data = load_data((Path(__file__).parent / "line_prefixes.yaml").read_text("utf-8"))
-        alts = "|".join(f"(?:{p['regex']})" for p in data["prefixes"])
-        # [ \t], not \s: hyperscan scans whole buffers, where \s would carry a prefix over a newline.
-        _LINE_PREFIX = f"(?:(?:{alts})[ \\t]*(?:\\|[ \\t]*)?){{0,2}}"
-    return _LINE_PREFIX
+    data = load_data((Path(__file__).parent / "line_prefixes.yaml").read_text("utf-8"))
+    alts = "|".join(f"(?:{p['regex']})" for p in data["prefixes"])
+    # [ \t], not \s: hyperscan scans whole buffers, where \s would carry a prefix over a newline.
+    return f"(?:(?:{alts})[ \\t]*(?:\\|[ \\t]*)?){{0,2}}"
 
 
 def with_line_prefixes(regex: str, loose: bool = False) -> str:
