@@ -14,6 +14,10 @@ A ``fresh.txt`` beside it (same format) names the cases written after the rules 
 people who write no rules: the round's honest measure of generalisation, reported as the ``fresh`` split. Each
 round replaces the list, since fresh non-blind cases may be studied once the round's figures are taken.
 
+A ``read-by-rule-authors.txt`` beside them lists the source URLs of threads that rule authors read while writing
+rules (one a line, ``#`` comments). A blind case whose ``source`` is one of them is no longer blind to the rules
+in fact, whatever its draw: the ``blind, unread`` split leaves such cases out.
+
 Exit status: 0 whatever the accuracy; 2 for bad input (one line on stderr).
 """
 
@@ -36,6 +40,7 @@ NO_FAILURE_ID = "completed_normally"
 _MAX_DEPTH = 4  # how deep expected.yaml files are looked for under CASES_DIR
 BLIND_FILE = "blind.txt"
 FRESH_FILE = "fresh.txt"
+READ_FILE = "read-by-rule-authors.txt"
 SUBSETS = ("all", "non-blind", "blind", "fresh")
 
 
@@ -48,6 +53,8 @@ class Case:
     difficulty: str = "fixture"
     blind: bool = False
     fresh: bool = False
+    source: str = ""
+    read: bool = False  # its source thread was read by rule authors (READ_FILE)
 
 
 @dataclass
@@ -63,6 +70,7 @@ class Result:
     error: str | None = None
     blind: bool = False
     fresh: bool = False
+    read: bool = False
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
@@ -103,6 +111,7 @@ def _case_from(data: dict[str, Any], path: Path, key: str, name: str, case_dir: 
         expected=expected.strip(),
         accept=_ids(data.get("accept"), path, "accept"),
         difficulty=str(difficulty) if difficulty is not None else "fixture",
+        source=str(data.get("source") or "").strip(),
     )
 
 
@@ -143,9 +152,11 @@ def load_cases(cases_dir: Path, labels_dir: Path | None) -> list[Case]:
     cases = _load_cases(cases_dir, labels_dir)
     blind = read_case_list(cases_dir, BLIND_FILE)
     fresh = read_case_list(cases_dir, FRESH_FILE)
+    read = read_case_list(cases_dir, READ_FILE)
     for c in cases:
         c.blind = c.name in blind or c.path.name in blind
         c.fresh = c.name in fresh or c.path.name in fresh
+        c.read = bool(c.source) and c.source in read
     return cases
 
 
@@ -213,6 +224,7 @@ def evaluate(cases: Sequence[Case], rules_dirs: Sequence[Path] = ()) -> list[Res
                 error=error,
                 blind=c.blind,
                 fresh=c.fresh,
+                read=c.read,
             )
         )
     return results
@@ -248,6 +260,8 @@ def summarize(results: Sequence[Result], show_blind: bool = False) -> dict[str, 
             "non_blind": _figures([r for r in results if not r.blind]),
             "blind": _figures([r for r in results if r.blind]),
         }
+        if any(r.blind and r.read for r in results):
+            out["split"]["blind_unread"] = _figures([r for r in results if r.blind and not r.read])
         out["blind_details"] = "shown" if show_blind else "withheld"
     if any(r.fresh for r in results):
         out.setdefault("split", {"all": _figures(results)})["fresh"] = _figures(
@@ -289,6 +303,7 @@ def to_text(s: dict[str, Any]) -> str:
             ("all", "all"),
             ("non_blind", "non-blind"),
             ("blind", "blind"),
+            ("blind_unread", "blind,unread"),
             ("fresh", "fresh"),
         ):
             if key not in s["split"]:

@@ -111,3 +111,27 @@ def test_a_healthy_case_scores_on_the_verdict_or_on_an_id_it_accepts() -> None:
     assert not hit(
         ["completed_normally"], "uncertain", Case(name="d", path=Path("."), expected="completed_normally")
     )
+
+
+def test_blind_cases_whose_threads_rule_authors_read_are_left_out_of_blind_unread(
+    cases: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shutil.copy(FIXTURES / "dist_peer_crash" / "expected.yaml", cases / "peer" / "expected.yaml")
+    with (cases / "peer" / "expected.yaml").open("a") as f:
+        f.write("source: https://example.org/issues/1\n")
+    (cases / "empty" / "expected.yaml").write_text(
+        "diagnosis: gpu_oom\nsource: https://example.org/issues/2\n"
+    )
+    (cases / "blind.txt").write_text("peer\nempty\n")
+    (cases / "read-by-rule-authors.txt").write_text(
+        "# read while writing rules\nhttps://example.org/issues/1\n"
+    )
+    assert main(["eval", str(cases), "--format", "json"]) == 0
+    s = json.loads(capsys.readouterr().out)
+    assert s["split"]["blind"]["cases"] == 2 and s["split"]["blind"]["top1"]["hits"] == 1
+    assert s["split"]["blind_unread"]["cases"] == 1 and s["split"]["blind_unread"]["top1"]["hits"] == 0
+    assert main(["eval", str(cases)]) == 0
+    assert "blind,unread" in capsys.readouterr().out
+    (cases / "read-by-rule-authors.txt").unlink()  # nothing read: no such split
+    assert main(["eval", str(cases), "--format", "json"]) == 0
+    assert "blind_unread" not in json.loads(capsys.readouterr().out)["split"]
