@@ -40,6 +40,9 @@ _NUMTOK = r"[-+]?(?:nan|inf(?:inity)?|\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+\.?\d*(?:[
 # `trainer.py:412` are not pairs.
 _PAIR = re.compile(
     rf"(?<![\w./@-])['\"]?(?P<name>(?:{_QUAL}[ ](?=[A-Za-z])){{0,2}}(?!{_LINK}\s)[A-Za-z][\w./@-]*)['\"]?"
+    # a qualifier in brackets between the name and its colon is no part of the name ("Training loss (50 prc):
+    # nan", "loss (avg): 0.52")
+    r"(?:[ ]{1,2}\([\w %.,-]{1,24}\)(?=\s*[:=]))?"
     rf"(?:\s*[:=]\s*|\s+(?:{_LINK}\s+)?)['\"]?(?P<num>{_NUMTOK})['\"]?"
     # a time may be per iteration ("0.385s/it", "12ms/step"): still seconds of that iteration
     # a unit may follow after one space ("412 ms", "30.5 GiB"); a bare K/M/G/T multiplier only right after it

@@ -394,3 +394,10 @@ def test_a_step_counted_within_its_epoch_takes_the_epoch_into_x() -> None:
     steps = ss.series["Loss"].steps if "Loss" in ss.series else ss.series["loss"].steps
     assert steps == sorted(steps) and len(set(steps)) == 9
     assert parse_generic("step 100 | loss 2.0")[1] == {"x": 100.0}  # a step without an epoch stays as it is
+
+
+def test_a_bracketed_qualifier_between_a_name_and_its_colon_is_not_part_of_the_name() -> None:
+    assert parse_generic("epoch 3 | loss (avg): 0.52 | lr 3e-4") == ({"loss": 0.52, "lr": 0.0003}, {"x": 3.0})
+    assert parse_generic("Testing loss  (50 prc): 0.53")[0] == {"val_loss": 0.53}
+    # a running average after the number stays out of the name and out of the value
+    assert parse_generic("Time  0.200 ( 0.210)    Loss 2.30 (2.35)")[0] == {"Time": 0.2, "Loss": 2.3}
