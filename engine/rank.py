@@ -116,7 +116,9 @@ def _apply_explains(kb: KnowledgeBase, firings: Sequence[Firing], hyps: dict[str
     """
     joins = {r.id: len(r.spec.get("when") or {}) for r in kb.rules}
     explaining = [f for f in firings if f.explains and f.hypothesis in hyps]
-    explaining.sort(key=lambda f: (-joins.get(f.rule, 1), -f.weight, -hyps[f.hypothesis].score, f.rule, f.hypothesis))
+    explaining.sort(
+        key=lambda f: (-joins.get(f.rule, 1), -f.weight, -hyps[f.hypothesis].score, f.rule, f.hypothesis)
+    )
     applied: set[tuple[str, str]] = set()
     for f in explaining:
         source = hyps[f.hypothesis]

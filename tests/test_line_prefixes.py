@@ -84,5 +84,7 @@ def test_caret_skips_a_progress_bar_that_did_not_end_its_line() -> None:
 
 def test_caret_skips_a_keras_progress_bar_that_did_not_end_its_line() -> None:
     rx = re.compile(with_line_prefixes(r"^zsh: segmentation fault"), re.M)
-    assert rx.search("5000/5000 [==========] - ETA: 0s - loss: 2.3416 - accuracy: 0.3065zsh: segmentation fault  python t.py")
+    assert rx.search(
+        "5000/5000 [==========] - ETA: 0s - loss: 2.3416 - accuracy: 0.3065zsh: segmentation fault  python t.py"
+    )
     assert not rx.search("5000/5000 [==========] - 3s - loss: 0.31 - note zsh: segmentation fault earlier")
