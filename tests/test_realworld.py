@@ -19,8 +19,8 @@ MIN_CASES = 20
 # Set at what the rules achieve; raise them as the rules improve, never lower them to pass. Per-case results
 # of the non-blind cases: `mldebug-rules eval fixtures/realworld` (it withholds the blind cases' details too).
 FLOORS = {
-    "all_top1": 0.912,
-    "all_top3": 0.931,
+    "all_top1": 0.914,
+    "all_top3": 0.932,
     "blind_top1": 0.812,
 }  # 537 cases, blind drawn 2026-12-05 (stable draw)
 
