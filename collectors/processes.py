@@ -292,16 +292,40 @@ def _own_family() -> set[int]:
     return out
 
 
+def descendants_of(roots: set[int], parent: Mapping[int, Any]) -> set[int]:
+    """``roots`` and every pid whose parent chain (pid -> ppid, as listed) reaches one of them.
+
+    >>> sorted(descendants_of({10}, {10: 1, 11: 10, 12: 11, 13: 1, 14: 13}))
+    [10, 11, 12]
+    """
+    out = set(roots)
+    for pid in parent:
+        chain: list[int] = []
+        cur: Any = pid
+        while isinstance(cur, int) and cur not in out and cur not in chain and cur > 1:
+            chain.append(cur)
+            cur = parent.get(cur)
+        if cur in out:
+            out.update(chain)
+    return out
+
+
 def live_snapshot() -> list[dict[str, Any]]:
     """Read-only psutil snapshot. Per-process details (cwd, open files, CPU%) only for the processes that
     matter, because they cost a few syscalls each; access errors leave the field out."""
     import psutil
 
     skip = _own_family()
+    listed: list[tuple[dict[str, Any], Any]] = []
+    for p in psutil.process_iter(["pid", "ppid", "name", "cmdline", "status", "create_time", "num_threads"]):
+        listed.append((dict(p.info), p))
+    # Probes run on threads beside this one and start children of their own (the disk worker is a python
+    # whose argument is the run directory): one started after _own_family() ran is still ours by its parent.
+    # (From this process only: its ancestors' other children, the user's shell's jobs, are not ours.)
+    skip |= descendants_of({os.getpid()}, {int(i["pid"]): i.get("ppid") for i, _ in listed})
     base: list[dict[str, Any]] = []
     handles: dict[int, Any] = {}
-    for p in psutil.process_iter(["pid", "ppid", "name", "cmdline", "status", "create_time", "num_threads"]):
-        info = dict(p.info)
+    for info, p in listed:
         if info["pid"] in skip:
             continue
         info["cmdline"] = list(info.get("cmdline") or [])

@@ -139,3 +139,22 @@ def test_no_rule_rests_on_a_probe_that_could_not_run() -> None:
                 isinstance(status, dict) and set(status.get("in", [])) <= {"timeout"}
             )
             assert allowed and status, f"{rule.where}: rests on probe.status {status!r}"
+
+
+def test_a_probe_child_started_after_the_family_was_read_is_still_ours(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Probes run side by side; the disk worker (a python whose argument is the run directory) may start
+    after the process probe read this tool's family. Its parent makes it ours, never a trainer of the run."""
+    pytest.importorskip("psutil")
+    from mldebug_rules.collectors import processes
+
+    monkeypatch.setattr(processes, "_own_family", lambda: {os.getpid()})  # read before the child existed
+    child = _start([sys.executable, "-c", _BYSTANDER, str(tmp_path)], tmp_path)
+    try:
+        pids = {e["pid"] for e in processes.live_snapshot()}
+    finally:
+        child.kill()
+        child.wait(timeout=10)
+    assert child.pid not in pids
+    assert os.getppid() in pids or os.getppid() <= 1  # an ancestor's other children are not dropped with it
