@@ -96,6 +96,100 @@ SKIP_KEYS = frozenset(
 # Which stop reason wins when a log says more than one (the most specific one).
 STOP_RANK = {"early_stopping": 3, "max_steps": 2, "completed": 1}
 
+# --- tables printed into a log ---------------------------------------------------------------------------
+# fastai's fit table, the HF Trainer's notebook table (tab-separated, "No log" where nothing was logged yet),
+# hand-printed f"{epoch:>5} {loss:>10.4f}" tables: a header line of column names, then rows of numbers.
+_TABLE_COUNTERS = frozenset(
+    {"epoch", "epochs", "step", "steps", "iter", "iteration", "iterations", "global_step"}
+)
+_TABLE_NA = re.compile(r"No log|#na#|N/A|None|-(?=\s|\||$)")
+_TABLE_CELL = re.compile(r"[\t|,]|\s+")
+TABLE_GAP_LINES = 200  # a row this far below the header (or the last row) belongs to some other printout
+
+
+def table_header(text: str) -> tuple[tuple[str, ...], ...] | None:
+    """The column names of a table header, in the ways it may be cut (by tabs or pipes, by runs of 2+ spaces,
+    by any space), or None when the line is no metrics table header: fewer than 3 columns, no counter column
+    (epoch, step, iteration) or no loss column, or a number among the names.
+
+    >>> table_header("epoch     train_loss  valid_loss  accuracy  time    ")[0]
+    ('epoch', 'train_loss', 'valid_loss', 'accuracy', 'time')
+    >>> table_header("Epoch\\tTraining Loss\\tValidation Loss\\tAccuracy")[0]
+    ('Epoch', 'Training Loss', 'Validation Loss', 'Accuracy')
+    >>> table_header("epoch 3 loss 0.5 acc 0.9") is None
+    True
+    """
+    body = text.strip().strip("|").strip()
+    cuts: list[tuple[str, ...]] = []
+    if "\t" in body or "|" in body:
+        cuts.append(tuple(c.strip() for c in re.split(r"[\t|]", body) if c.strip()))
+    cuts.append(tuple(re.split(r"\s{2,}", body)))
+    cuts.append(tuple(body.split()))
+    out = []
+    for cols in dict.fromkeys(cuts):
+        low = [c.lower() for c in cols]
+        if (
+            len(cols) >= 3
+            and any(c in _TABLE_COUNTERS for c in low)
+            and any("loss" in c for c in low)
+            and not any(to_float(c) is not None for c in cols)
+        ):
+            out.append(cols)
+    return tuple(out) or None
+
+
+TABLE_MODES = ("table_header", "table_row")
+
+
+class TableReader:
+    """The rows of the tables in one log, in file order: each row is read under the last header above it."""
+
+    def __init__(self) -> None:
+        self.cuts: tuple[tuple[str, ...], ...] | None = None
+        self.line = 0  # the header's line, then the last row's
+
+    def feed(self, mode: str, text: str, line_no: int) -> tuple[dict[str, float], dict[str, float]] | None:
+        """A table_header line sets the columns (and returns None); a table_row line gives (metrics,
+        {"x": counter}) when it fits the last header close enough above it."""
+        if mode == "table_header":
+            self.cuts, self.line = table_header(text), line_no
+            return None
+        if self.cuts is None or line_no - self.line > TABLE_GAP_LINES:
+            return None
+        row = table_row(self.cuts, text)
+        if row is not None:
+            self.line = line_no
+        return row
+
+
+def table_row(
+    headers: tuple[tuple[str, ...], ...], text: str
+) -> tuple[dict[str, float], dict[str, float]] | None:
+    """(metrics, {"x": the counter column's value}) of a table row under one of the header's cuts with as
+    many columns, or None. Cells that hold no number ("No log", "#na#", a clock time) are left out.
+
+    >>> table_row(table_header("epoch     train_loss  valid_loss  accuracy  time"), "3   0.41  0.52  0.81  00:12")
+    ({'train_loss': 0.41, 'valid_loss': 0.52, 'accuracy': 0.81}, {'x': 3.0})
+    >>> table_row(table_header("Epoch\\tTraining Loss\\tValidation Loss"), "1\\tNo log\\t0.48")
+    ({'Validation Loss': 0.48}, {'x': 1.0})
+    """
+    cells = [c for c in _TABLE_CELL.split(_TABLE_NA.sub("#", text.strip().strip("|"))) if c]
+    for cols in headers:
+        if len(cols) != len(cells):
+            continue
+        rec: dict[str, float] = {}
+        x: float | None = None
+        for name, cell in zip(cols, cells, strict=True):
+            value = None if ":" in cell or cell == "#" else to_float(cell)
+            if value is None:
+                continue
+            if name.lower() in _TABLE_COUNTERS:
+                x = value if x is None else x
+            elif name.lower() != "time":
+                rec[name] = value
+        return (rec, {"x": x}) if rec and x is not None else None
+    return None
+
 
 @dataclass(frozen=True)
 class LineParser:
@@ -146,6 +240,8 @@ def parse_record(mode: str, text: str) -> dict[str, float]:
         # "Train loss 200 0.5889 Grad Norm 0.6 0.99s/it": drop the counter after the first name, then read the
         # rest like any line ("Train loss 0.5889 Grad Norm 0.6 ...")
         return parse_generic(_NAME_COUNTER.sub(r"\1 ", text, count=1))[0]
+    elif mode in TABLE_MODES:
+        return out  # read in context (TableReader): a row means nothing without its header
     elif mode == "bare_loss":
         value = to_float(text.rsplit(":", 1)[-1].strip())
         if value is not None:
@@ -296,6 +392,7 @@ class SeriesBuilder:
         self.learned: dict[str, int] = {}  # generic-reader names: sightings, up to 2
         self.held: dict[str, tuple[float, float, int]] = {}  # a generic name's first point, until its second
         self.last_x: float | None = None
+        self.table = TableReader()
         self.failed = False
 
     def add(
@@ -331,14 +428,23 @@ class SeriesBuilder:
                 if rank != self.first_rank:
                     continue
             generic = p.parse == "generic"
-            if generic:
+            if p.parse in TABLE_MODES:
+                row = self.table.feed(p.parse, text, line_no)
+                if row is None:
+                    continue
+                rec, counters = row
+            elif generic:
                 rec, counters = parse_generic(text)
             else:
                 rec, counters = parse_record(p.parse, text), {}
             if not rec or "train_runtime" in rec:
                 continue  # HF's end-of-training summary averages the whole run: not a datapoint
-            if p.prefix:
-                rec = {(k if k.startswith(p.prefix) else p.prefix + k): v for k, v in rec.items()}
+            if p.prefix:  # (a counter the line also names, "global_step = 1000", stays a counter)
+                rec = {
+                    (k if k.startswith(p.prefix) else p.prefix + k): v
+                    for k, v in rec.items()
+                    if canonical(k) not in SKIP_KEYS
+                }
             self.ordinal += 1
             if "x" in counters and not groups:
                 x, kind = counters["x"], "step"

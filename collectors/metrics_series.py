@@ -180,6 +180,9 @@ _PREFIX = re.compile(r"^(?:train|training)[/.]")
 _VAL_PREFIX = re.compile(r"^(?:val|eval|valid|validation)[/.]")
 _SEP = re.compile(r"[^a-z0-9]+")
 _AVERAGED = re.compile(r"^(?:avg|average|mean|running|smoothed)_(?=[a-z])")
+_VAL_AVERAGED = re.compile(
+    r"^(?:val|valid|validation|eval|test)_(?=(?:avg|average|mean|running|smoothed)_[a-z])"
+)
 _NUM = re.compile(r"^[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 
 
@@ -192,6 +195,11 @@ def canonical(name: str) -> str:
     key = _SEP.sub("_", low).strip("_")
     if val:
         return "val_" + key if key != "loss" else "val_loss"
+    qualified = _VAL_AVERAGED.match(key)
+    if qualified:  # "val_average_loss" (a "Test set: Average loss" line): the validation series itself
+        rest = canonical(key[qualified.end() :])
+        if rest in _ALIASES:
+            return "val_loss" if rest == "loss" else "val_" + rest
     hit = _CANON.get(key)
     if hit is None and _AVERAGED.match(key):
         # "average training loss", "mean val loss": a logged average is the series itself

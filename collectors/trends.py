@@ -567,6 +567,10 @@ def _overfitting(loss: Series, val: Series, p: Mapping[str, float]) -> list[Tren
     lx, ly = loss.finite()
     at_lo = [y for x, y in zip(lx, ly, strict=False) if x <= vx[lo]][-3:]
     after = [y for x, y in zip(lx, ly, strict=False) if x > vx[lo]][-3:]
+    if not at_lo or not after:
+        # The two series count on different axes (train lines by iteration, evaluation lines by epoch): the
+        # order in which the log printed them still says which training came before the best evaluation.
+        at_lo, after = _split_by_line(loss, val.line_at(vx[lo]))
     if not at_lo or not after or _med(after) >= _med(at_lo):
         return []
     fall = (_med(at_lo) - _med(after)) / abs(_med(at_lo)) if _med(at_lo) else 0.0
@@ -584,6 +588,15 @@ def _overfitting(loss: Series, val: Series, p: Mapping[str, float]) -> list[Tren
             f"loss fell {fall:.1%}",
         )
     ]
+
+
+def _split_by_line(s: Series, line: int) -> tuple[list[float], list[float]]:
+    """The last three finite values printed at or before a log line, and the last three after it (both empty
+    when the series has no line numbers: a metrics file)."""
+    if line <= 0 or not s.lines or min(s.lines) <= 0:
+        return [], []
+    pts = [(ln, y) for ln, y in zip(s.lines, s.values, strict=False) if math.isfinite(y)]
+    return [y for ln, y in pts if ln <= line][-3:], [y for ln, y in pts if ln > line][-3:]
 
 
 def _overfitting_acc(acc: Series | None, val: Series | None, p: Mapping[str, float]) -> list[Trend]:

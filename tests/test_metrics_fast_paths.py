@@ -21,7 +21,9 @@ from mldebug_rules.collectors.metrics_parse import (
     NUMBER,
     SKIP_KEYS,
     STOP_RANK,
+    TABLE_MODES,
     LineReader,
+    TableReader,
     parse_record,
     segments,
     x_of,
@@ -57,6 +59,7 @@ def reference_read(path: Path, tail_window: int = 40) -> SeriesSet:
     last_x: float | None = None
     sightings: dict[str, int] = {}  # the generic reader learns a name on its second sighting
     first: dict[str, tuple[float, float, int]] = {}
+    tables = TableReader()
     for seg, phys, base in segments(path):
         res = _READER.scanner.scan_bytes(seg, "ref")
         seen_line = -1
@@ -76,11 +79,22 @@ def reference_read(path: Path, tail_window: int = 40) -> SeriesSet:
                 first_rank = rank if first_rank is None else first_rank
                 if rank != first_rank:
                     continue
-            rec = parse_record(p.parse, h.text)
-            counters = parse_generic(h.text)[1] if p.parse == "generic" else {}
+            if p.parse in TABLE_MODES:
+                row = tables.feed(p.parse, h.text, line_no)
+                if row is None:
+                    continue
+                rec, counters = row
+            else:
+                rec = parse_record(p.parse, h.text)
+                counters = parse_generic(h.text)[1] if p.parse == "generic" else {}
             if not rec or "train_runtime" in rec:
                 continue
-            rec = {(k if k.startswith(p.prefix) else p.prefix + k): v for k, v in rec.items()}
+            if p.prefix:
+                rec = {
+                    (k if k.startswith(p.prefix) else p.prefix + k): v
+                    for k, v in rec.items()
+                    if canonical(k) not in SKIP_KEYS
+                }
             ordinal += 1
             if "x" in counters and not h.groups:
                 x, kind = counters["x"], "step"
