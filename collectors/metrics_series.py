@@ -38,6 +38,13 @@ _ALIASES: dict[str, tuple[str, ...]] = {
         "train_loss_step",
         "loss_step",
         "total_loss",
+        # the sum of a detector's or a multi-task model's terms, as their loggers name it
+        "all_loss",
+        "loss_all",
+        "sum_loss",
+        "loss_sum",
+        "loss_total",
+        "overall_loss",
         "objective_loss",
         "objective",  # matconvnet's cnn_train
         "epoch_loss",  # Keras' TensorBoard scalar; "epoch loss 0.31" (an epoch's time stays apart from a step's)

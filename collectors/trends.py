@@ -15,6 +15,7 @@ one fires from the parameter's description alone.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
@@ -144,6 +145,7 @@ def detect(ss: SeriesSet, kb_params: Mapping[str, Any] | None = None) -> list[Tr
     )
     out += _nan_precursors(loss, ss.get("lr"), p)
     out += _nan_sudden(loss, out, p)
+    out += _nan_in_component(loss, ss, out, p)
     mem = ss.get("mem")
     if mem is not None:
         out += _growing(mem, p)
@@ -243,6 +245,12 @@ def _inf_from_start(s: Series, p: Mapping[str, float]) -> list[Trend]:
     ]
 
 
+# What leads up to a NaN when the optimizer or reduced precision, not one batch or one term, is behind it.
+_NAN_PRECURSORS = frozenset(
+    {"diverging", "rising", "loss_scale_collapse", "skipped_steps", "nan_after_rise", "nan_lr_rising"}
+)
+
+
 def _nan_sudden(loss: Series | None, found: Sequence[Trend], p: Mapping[str, float]) -> list[Trend]:
     """A NaN after a healthy stretch with nothing leading up to it (no rise, no grad growth, no loss-scale
     collapse): the signature of one bad batch rather than of the optimizer or of reduced precision."""
@@ -250,15 +258,7 @@ def _nan_sudden(loss: Series | None, found: Sequence[Trend], p: Mapping[str, flo
         return []
     if loss.finite_before_nan < p["nan_sudden_min_points"]:
         return []
-    precursors = {
-        "diverging",
-        "rising",
-        "loss_scale_collapse",
-        "skipped_steps",
-        "nan_after_rise",
-        "nan_lr_rising",
-    }
-    if any(t.trend in precursors for t in found):
+    if any(t.trend in _NAN_PRECURSORS for t in found):
         return []
     step, value, line = loss.nan_onset
     xs, ys = loss.finite()
@@ -276,6 +276,63 @@ def _nan_sudden(loss: Series | None, found: Sequence[Trend], p: Mapping[str, flo
             note=f"{value} loss at step {_i(step)} right after {loss.finite_before_nan} finite points "
             f"(median of the last 10: {_med(before):.4g}); no rising loss, grad-norm growth or loss-scale "
             "collapse before it",
+        )
+    ]
+
+
+def _loss_components(ss: SeriesSet) -> list[Series]:
+    """The training loss's logged terms (giou_loss, loss_cls, kl_loss...): series named with "loss" other than
+    the total and the validation losses."""
+    out = []
+    for name, s in ss.series.items():
+        low = name.lower()
+        if name in ("loss", "val_loss") or "loss" not in low or _QUALIFIED_VAL_NAME.match(low):
+            continue
+        out.append(s)
+    return out
+
+
+_QUALIFIED_VAL_NAME = re.compile(r"(?:val|valid|validation|eval|test|dev)(?:[ _/.]|$)")
+
+
+def _nan_in_component(
+    loss: Series | None, ss: SeriesSet, found: Sequence[Trend], p: Mapping[str, float]
+) -> list[Trend]:
+    """A NaN that appears first in one term of a multi-term loss while the other terms are still finite at
+    that step, out of a healthy stretch. A batch of NaN inputs poisons every term at once; one term going
+    first points at that term's own computation (log or division at zero, an IoU of empty boxes) or at the
+    targets only it reads. An optimizer that blows up overflows the touchiest term first too, so a NaN with a
+    build-up before it (a rising loss, a rising learning rate, a collapsing loss scale) is not read so."""
+    if loss is None or loss.nan_onset is None or loss.finite_before_nan < p["nan_sudden_min_points"]:
+        return []
+    if any(t.trend in _NAN_PRECURSORS for t in found):
+        return []
+    step = loss.nan_onset[0]
+    bad, good = [], []
+    for comp in _loss_components(ss):
+        if comp.nan_onset is not None and comp.nan_onset[0] <= step:
+            bad.append(comp)
+            continue
+        at = [y for x, y in zip(comp.steps, comp.values, strict=False) if x == step]
+        if at and all(math.isfinite(y) for y in at):
+            good.append(comp)
+    if not bad or not good:
+        return []
+    first = min(bad, key=lambda c: c.nan_onset[0] if c.nan_onset else step)
+    onset = first.nan_onset
+    assert onset is not None
+    return [
+        Trend(
+            "loss",
+            "nan_in_component",
+            value=float(len(bad)),
+            step=_i(onset[0]),
+            window_start=_i(onset[0]),
+            window_end=_i(step),
+            points=first.finite_before_nan,
+            line=onset[2],
+            note=f"{first.name} turned {onset[1]} at step {_i(onset[0])} while "
+            f"{', '.join(c.name for c in good[:4])} stayed finite: the NaN began in one term of the loss",
         )
     ]
 
@@ -765,29 +822,45 @@ def _increments(total: Series | None) -> Series | None:
 
 
 def _short_monotone_growth(mem: Series, p: Mapping[str, float]) -> list[Trend]:
-    """A short memory log (the few lines a report shows) that rises at every point after the first, by twice
-    mem_growth_frac in all: warm-up allocates in one or two jumps and then stays flat, a leak keeps adding."""
+    """A short memory log (the few lines a report shows) that rises at every point after the first, or never
+    falls and steps up at least three times, by twice mem_growth_frac in all: warm-up allocates in one or two
+    jumps and then stays flat, a leak keeps adding."""
     xs, ys = mem.finite()
     if len(ys) < p["mem_monotone_points"]:
         return []
     wx, wy = xs[1:], ys[1:]
-    if wy[0] <= 0 or not all(b > a for a, b in pairwise(wy)):
+    if wy[0] <= 0 or any(b < a for a, b in pairwise(wy)):
         return []
     growth = (wy[-1] - wy[0]) / wy[0]
     if growth < 2 * p["mem_growth_frac"]:
         return []
+    # A peak-memory counter ("max memory_allocated") shows a leak as a staircase: it never falls, and it
+    # steps up whenever the leaked total passes the old peak, with flat stretches between. Three rises or
+    # more, with no fall, count; one or two steps up are what warm-up looks like.
+    incs = [b - a for a, b in pairwise(wy) if b > a]
+    if len(incs) < min(3, len(wy) - 1):
+        return []
     # A peak-memory counter meeting ever larger batches rises by less and less (it saturates); a leak keeps
     # adding about the same amount: the last rises must still be a good part of the average one.
-    incs = [b - a for a, b in pairwise(wy)]
     if min(incs[-2:]) < p["mem_saturation_share"] * (sum(incs) / len(incs)):
         return []
-    return _mem_growing(mem, wx, wy, growth, f", rising at every one of its {len(wy)} points")
+    how = (
+        f", rising at every one of its {len(wy)} points"
+        if len(incs) == len(wy) - 1
+        else f", never falling and stepping up {len(incs)} times in {len(wy)} points"
+    )
+    return _mem_growing(mem, wx, wy, growth, how)
 
 
 def _mem_growing(
     mem: Series, wx: Sequence[float], wy: Sequence[float], growth: float, how: str
 ) -> list[Trend]:
     """The "growing" memory trend over the window wx/wy; ``how`` ends the note with why it counts as growth."""
+    span = f"steps {_i(wx[0])}..{_i(wx[-1])}"
+    line = mem.line_at(wx[-1])
+    if wx[-1] <= wx[0]:  # the counter restarts inside the window (per layer, per epoch): cite the last point
+        span = f"its last {len(wy)} points (the step counter restarts)"
+        line = mem.lines[-1] if mem.lines else line
     return [
         Trend(
             "mem",
@@ -797,8 +870,8 @@ def _mem_growing(
             window_start=_i(wx[0]),
             window_end=_i(wx[-1]),
             points=len(wy),
-            line=mem.line_at(wx[-1]),
-            note=f"memory grew {growth:.0%} from {wy[0]:g} to {wy[-1]:g} over steps {_i(wx[0])}..{_i(wx[-1])}{how}",
+            line=line,
+            note=f"memory grew {growth:.0%} from {wy[0]:g} to {wy[-1]:g} over {span}{how}",
         )
     ]
 
