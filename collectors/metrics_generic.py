@@ -47,8 +47,9 @@ _PAIR = re.compile(
     # a time may be per iteration ("0.385s/it", "12ms/step"): still seconds of that iteration
     # a unit may follow after one space ("412 ms", "30.5 GiB"); a bare K/M/G/T multiplier only right after it
     r"(?:[ ]?(?P<unit>ms|us|s|%|[KMGT]i?B)|(?P<bare>[KMGT])(?![A-Za-z]))?(?:(?<=s)/(?:it|iter|step|batch))?"
-    # a sentence's full stop may end the number ("acc is 0.5."), a dotted version may not ("1.2.3")
-    r"(?![\w:/]|\.\w)",
+    # a sentence's full stop may end the number ("acc is 0.5."), a dotted version may not ("1.2.3"), nor a
+    # date ("INFO 2025-01-01") or a progress bar's percentage ("Training:  45%|####")
+    r"(?![\w:/]|\.\w|-\d|%\||(?<=%)\|)",
     re.I,
 )
 _RATE = re.compile(
@@ -68,7 +69,10 @@ _COUNTER = re.compile(
 # Counter words, any case: a cheap test before the counter regex (most lines of a long log have none).
 _COUNTER_HINT = re.compile(r"(?i:step|iter|epoch|update)")
 _VAL_HEAD = re.compile(
-    r"(?<!\w)(?:val|valid|validation|validating|eval|evaluation|evaluating|test|testing)(?!\w)", re.I
+    r"(?<!\w)(?:val|valid|validation|validating|eval|evaluation|evaluating|test|testing)(?!\w)"
+    # "DEV : loss 1.7" (flair) or "dev loss:": the development split; not the /dev/shm of a path
+    r"|(?<![\w/])dev(?![\w/])",
+    re.I,
 )
 _QUALIFIED_VAL = re.compile(r"^(?:val|valid|validation|eval|test|dev)[ _/.]", re.I)
 _COUNTER_NAMES = frozenset(

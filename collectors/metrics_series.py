@@ -73,6 +73,7 @@ _ALIASES: dict[str, tuple[str, ...]] = {
         "val_objective",
         "val_cost",
         "validation_cost",
+        "dev_loss",  # a development set is the validation split (flair, NLP toolkits)
     ),
     # accuracies: overfitting is also read from a train/validation accuracy gap (collectors/trends.py)
     "acc": (
@@ -98,6 +99,8 @@ _ALIASES: dict[str, tuple[str, ...]] = {
         "test_accuracy",
         "val_categorical_accuracy",
         "val_sparse_categorical_accuracy",
+        "dev_acc",
+        "dev_accuracy",
     ),
     "grad_norm": (
         "grad_norm",

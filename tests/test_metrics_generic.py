@@ -72,6 +72,26 @@ def test_not_pairs() -> None:
     assert got == {"loss": 2.0}
 
 
+def test_dates_and_progress_bar_percentages_are_not_values() -> None:
+    # a log level followed by a date is no "INFO 2025" metric; tqdm's "Training:  45%|" is the bar, not a metric
+    assert parse_generic("INFO 2025-01-01 12:00:00 train.py:10] step 5 loss 1.2") == (
+        {"loss": 1.2},
+        {"x": 5.0},
+    )
+    assert parse_generic("Training:  45%|####5     | 45/100 [01:30<01:50,  2.00s/it]") == ({}, {})
+    assert parse_generic("gpu util: 45% | loss 0.3")[0] == {"gpu util": 45.0, "loss": 0.3}
+
+
+def test_a_development_split_is_validation() -> None:
+    # flair's "DEV : loss 1.7" and "dev loss" are the validation split; a /dev/ path in the head is not
+    assert parse_generic("2023-01-01 10:00:04,000 DEV : loss 1.7 - f1-score (micro avg)  0.6000")[0] == {
+        "val_loss": 1.7
+    }
+    assert parse_generic("writing /dev/shm cache loss 0.5")[0] == {"loss": 0.5}
+    ss = parse_text_lines("epoch 1 dev loss: 0.52, dev acc: 0.81\nepoch 2 dev loss: 0.50, dev acc: 0.82\n")
+    assert {"val_loss", "val_acc"} <= set(ss.series)
+
+
 def test_a_line_headed_val_eval_or_test_is_validation() -> None:
     assert parse_generic("[eval] step 40: loss=1.5 acc 0.5")[0] == {"val_loss": 1.5, "val_acc": 0.5}
     assert parse_generic("Test: [ 10/196]\tTime 0.1 (0.1)\tLoss 1.2 (1.3)")[0] == {
