@@ -40,6 +40,7 @@ import collections
 import functools
 import io
 import json
+import math
 import os
 import re
 import sys
@@ -592,6 +593,175 @@ def tail_anchored(regex: str) -> str | None:
             return None  # a quantified group with a $ inside, and the like
         out.append(alt + r"[^\n]*\n")
     return "|".join(out)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Literal prefilter: most signature alternatives contain a literal that a healthy run's lines never do.
+
+
+_LIT_MIN = 4  # shorter literals make hyperscan's literal matcher slow and match too often
+_LIT_SET_MAX = 16  # a class or an alternation multiplies the strings of a run; beyond this the run ends
+_FLAG_BITS = {"i": re.IGNORECASE, "s": re.DOTALL, "x": re.VERBOSE, "m": re.MULTILINE}
+
+
+def _class_bytes(av: Any) -> list[int] | None:
+    """The bytes of a small character class without negation or categories (``[Ff]``, ``[-+]``), else None."""
+    out: list[int] = []
+    for op, v in av:
+        if op is _sre_parse.LITERAL:
+            out.append(v)
+        elif op is _sre_parse.RANGE and v[1] - v[0] < 8:
+            out += range(v[0], v[1] + 1)
+        else:
+            return None
+    return out if 0 < len(out) <= 8 else None
+
+
+def _seq_literals(items: Any, out: list[list[bytes]], score: Any) -> list[bytes] | None:
+    """Append to `out` the literal sets of a parsed sequence: sets of byte strings one of which every match of
+    the sequence contains (runs of literals, small classes and alternations multiplied out: ``[Ff]ocal`` is
+    {Focal, focal}). Returns the exact strings the whole sequence matches when it is such a set, else None."""
+    op_lit, op_sub, op_branch = _sre_parse.LITERAL, _sre_parse.SUBPATTERN, _sre_parse.BRANCH
+    cur: set[bytes] = {b""}
+    complete = True
+
+    def flush() -> None:
+        nonlocal cur
+        if cur != {b""}:
+            out.append(sorted(cur))
+        cur = {b""}
+
+    def times(more: Sequence[bytes]) -> None:
+        nonlocal cur, complete
+        if len(cur) * len(more) > _LIT_SET_MAX:
+            flush()
+            complete = False
+        cur = {x + y for x in cur for y in more}
+
+    for op, av in items:
+        if op is op_lit:
+            times([bytes([av])])
+            continue
+        if op is _sre_parse.AT:
+            continue  # zero-width (\b, ^): the literal bytes on either side stay adjacent in the text
+        full: list[bytes] | None = None
+        if op is _sre_parse.IN:
+            chars = _class_bytes(av)
+            full = None if chars is None else [bytes([c]) for c in chars]
+        elif op is op_sub and not av[1] and not av[2]:  # (group, add_flags, del_flags, p); scoped flags: skip
+            full = _seq_literals(av[3], out, score)
+        elif op is op_branch:
+            full = _branch_literals(av[1], out, score)
+        elif op in (_sre_parse.MAX_REPEAT, _sre_parse.MIN_REPEAT):
+            lo, hi, sub = av
+            if lo >= 1:
+                inner = _seq_literals(sub, out, score)
+                if inner is not None and lo == hi == 1:
+                    full = inner
+            elif hi == 1:
+                inner = _seq_literals(sub, [], score)
+                if inner is not None:
+                    full = [*inner, b""]  # optional: with it or without
+        if full is None:
+            flush()
+            complete = False
+            continue
+        times(full)
+    result = sorted(cur) if complete else None
+    flush()
+    return result
+
+
+def _branch_literals(branches: Any, out: list[list[bytes]], score: Any) -> list[bytes] | None:
+    """Appends to `out` one literal set for the alternation (each branch's best set, joined) when every branch
+    has one; returns the exact strings the alternation matches when every branch is such a set, else None."""
+    fulls: list[bytes] = []
+    picked: list[bytes] = []
+    exact = True
+    ok = True
+    for b in branches:
+        sets: list[list[bytes]] = []
+        full = _seq_literals(b, sets, score)
+        if full is None:
+            exact = False
+        else:
+            fulls += full
+        sets = [s for s in sets if min(map(len, s)) >= _LIT_MIN]
+        if not sets:
+            ok = False
+        else:
+            picked += min(sets, key=score)
+    if ok and not exact:
+        out.append(sorted(set(picked)))
+    return sorted(set(fulls)) if exact and len(set(fulls)) <= _LIT_SET_MAX else None
+
+
+@functools.cache
+def _healthy_corpus() -> tuple[bytes, bytes]:
+    from .healthy_lines import LINES
+
+    text = b"\n".join(LINES)
+    return text, text.lower()
+
+
+def _alternative_literals(alt: str, flags: int) -> tuple[list[bytes], bool] | None:
+    """The literals of one top-level alternative that no healthy line contains (one of them is in every line
+    the alternative matches), and whether to match them caseless; None when it has no such literal."""
+    text, lowered = _healthy_corpus()
+    try:
+        parsed = _sre_parse.parse(alt.encode("utf-8"), flags)
+        icase = bool(parsed.state.flags & re.IGNORECASE)
+        hay = lowered if icase else text
+
+        def score(s: list[bytes]) -> tuple[int, int]:
+            """Fewest healthy-line sightings first (none, to be used at all), then the fewest and longest strings."""
+            if any(b"\n" in x or b"\r" in x or (icase and max(x, default=0) > 127) for x in s):
+                return (1 << 60, 0)  # unusable: hyperscan folds ASCII only; no literal spans lines
+            # then the longest shortest string, a byte shorter per doubling of the strings
+            return (
+                sum(hay.count(x.lower() if icase else x) for x in s),
+                math.log2(len(s)) - min(map(len, s)),
+            )
+
+        sets: list[list[bytes]] = []
+        _seq_literals(parsed, sets, score)
+    except Exception:  # private parser API, or a piece that does not parse alone: no prefilter
+        return None
+    sets = [s for s in sets if min(map(len, s)) >= _LIT_MIN]
+    if not sets:
+        return None
+    best = min(sets, key=score)
+    if score(best)[0]:
+        return None
+    found = {x.lower() for x in best} if icase else set(best)
+    # "Grad overflow" is in every line that "Grad overflow detected" is in: the longer one is redundant
+    return sorted(x for x in found if not any(y != x and y in x for y in found)), icase
+
+
+def _literal_split(p: Pattern) -> tuple[list[tuple[bytes, bool]], str | None] | None:
+    """(literals, the regex of the alternatives left to hyperscan's regex database or None) of a keep="all"
+    pattern; None when no alternative has a literal the prefilter can use."""
+    flag_text, rest = _split_leading_flags(p.regex)
+    if "x" in flag_text or _has_other_group(rest) or re.search(r"\\[1-9]", rest):
+        return None  # verbose mode, look-arounds, scoped flags, back-references: left as they were
+    alts = _top_alternatives(rest)
+    if not alts:
+        return None
+    flags = re.IGNORECASE if p.ignore_case else 0
+    for c in flag_text:
+        flags |= _FLAG_BITS.get(c, 0)
+    lits: list[tuple[bytes, bool]] = []
+    left: list[str] = []
+    for alt in alts:
+        got = _alternative_literals(alt, flags) if alt else None
+        if got is None:
+            left.append(alt)
+        else:
+            lits += [(x, got[1]) for x in got[0]]
+    if not lits:
+        return None
+    head = f"(?{flag_text})" if flag_text else ""
+    return lits, (head + "|".join(left)) if left else None
 
 
 def _hyperscan_expression(p: Pattern, line_end: bool = True) -> bytes:
@@ -1193,8 +1363,9 @@ def _cpu_tag() -> str:
     return machine
 
 
-def _hs_database(exprs: list[bytes], ids: list[int], flags: list[int]) -> Any:
-    """A block-mode database for these expressions: from this process, the on-disk cache, or compiled.
+def _hs_database(exprs: list[bytes], ids: list[int], flags: list[int], literal: bool = False) -> Any:
+    """A block-mode database for these expressions (`literal`: plain byte strings, hyperscan's literal API):
+    from this process, the on-disk cache, or compiled.
 
     Compiling the packs' signatures takes hyperscan most of a second, every run; a serialized database
     loads in microseconds. Keyed by the hyperscan version and the exact expressions, ids and flags."""
@@ -1202,8 +1373,16 @@ def _hs_database(exprs: list[bytes], ids: list[int], flags: list[int]) -> Any:
     from .. import cache
 
     key = cache.digest(
-        ["hs", _hyperscan_version(), _cpu_tag(), repr(ids), repr(flags), *exprs]  # each part length-prefixed
-    )
+        [
+            "hs",
+            _hyperscan_version(),
+            _cpu_tag(),
+            repr(ids),
+            repr(flags),
+            *(["literal"] if literal else []),
+            *exprs,
+        ]
+    )  # each part length-prefixed
     db = _HS_DATABASES.get(key)
     if db is not None:
         return db
@@ -1215,7 +1394,7 @@ def _hs_database(exprs: list[bytes], ids: list[int], flags: list[int]) -> Any:
             db = None  # written by another build of the library: compile afresh
     if db is None:
         db = _hs.Database(mode=_hs.HS_MODE_BLOCK)
-        db.compile(expressions=exprs, ids=ids, elements=len(ids), flags=flags)
+        db.compile(expressions=exprs, ids=ids, elements=len(ids), flags=flags, literal=literal)
         try:
             cache.put("hyperscan", key, _hs.dumpb(db))
         except Exception:
@@ -1226,8 +1405,17 @@ def _hs_database(exprs: list[bytes], ids: list[int], flags: list[int]) -> Any:
 
 def _hyperscan_plan(
     patterns: Sequence[Pattern],
-) -> tuple[list[int], list[int], dict[int, bytes], set[int]]:
-    """(indices for hyperscan, indices for the Python path, hyperscan expressions, loosened indices).
+) -> tuple[list[int], list[int], dict[int, bytes], set[int], list[tuple[bytes, int, bool]]]:
+    """(indices for hyperscan's regex database, indices for the Python path, hyperscan expressions, loosened
+    indices, literal prefilter entries (literal, index, caseless)).
+
+    A keep="all" pattern's top-level alternatives that contain a literal no healthy line has (healthy_lines.py)
+    are looked for by that literal alone, in a pure-literal database: hyperscan's regex database scanned a
+    dense log at about half grep's speed, most of it spent on alternatives that start with a common word; the
+    literal database scans it several times faster and reports nothing on healthy lines. Each candidate line
+    is confirmed with the pattern's regex, as every candidate is. The other alternatives stay in the regex
+    database (expression `exprs[i]` then covers only them; a pattern all of whose alternatives have a literal
+    is in neither index list).
 
     Pure in the patterns and this module's code, and a few dozen milliseconds of string work and regex
     compiles for the packs' signatures, so it goes through the on-disk cache like the databases."""
@@ -1241,19 +1429,28 @@ def _hyperscan_plan(
         try:
             doc = json.loads(blob)
             exprs = {int(i): e.encode("latin-1") for i, e in doc["exprs"].items()}
-            return list(doc["hs"]), list(doc["py"]), exprs, set(doc["relaxed"])
+            lits = [(x.encode("latin-1"), int(i), bool(c)) for x, i, c in doc["lits"]]
+            return list(doc["hs"]), list(doc["py"]), exprs, set(doc["relaxed"]), lits
         except (ValueError, KeyError, TypeError, AttributeError):
             pass
     hs_idx: list[int] = []
     py_idx: list[int] = []
     exprs = {}
     relaxed: set[int] = set()
+    literals: list[tuple[bytes, int, bool]] = []
     for i, p in enumerate(patterns):
         if p.prefilter:
             # Hyperscan looks for the prefilter; the Python confirmation every candidate gets applies the regex.
             # A common prefix, an unbounded gap and the rare part (``loss \d+.*loss nan``) cost hyperscan ~15x a
             # plain literal on every line that has the prefix, while the rare part alone is cheap.
             p = replace(p, regex=p.prefilter, prefilter=None)
+            relaxed.add(i)
+        split = _literal_split(p) if p.keep == "all" else None
+        if split is not None:
+            literals += [(x, i, icase) for x, icase in split[0]]
+            if split[1] is None:
+                continue
+            p = replace(p, regex=split[1])
             relaxed.add(i)
         anchored = _line_anchored(p.regex)
         if not _has_end_anchor(anchored):
@@ -1282,21 +1479,25 @@ def _hyperscan_plan(
         "py": py_idx,
         "exprs": {str(i): e.decode("latin-1") for i, e in exprs.items()},
         "relaxed": sorted(relaxed),
+        "lits": [[x.decode("latin-1"), i, c] for x, i, c in literals],
     }
     cache.put("hyperscan-plan", key, json.dumps(doc).encode())
-    return hs_idx, py_idx, exprs, relaxed
+    return hs_idx, py_idx, exprs, relaxed, literals
 
 
 @functools.cache
 def _module_digest() -> str:
-    """This module's own bytes: a plan computed by other code must not be reused."""
+    """This module's own bytes and the healthy lines': a plan computed by other code must not be reused."""
     import hashlib
 
+    h = hashlib.sha256()
     try:
-        with open(__file__, "rb") as f:
-            return hashlib.sha256(f.read()).hexdigest()
+        for name in (__file__, os.path.join(os.path.dirname(__file__), "healthy_lines.py")):
+            with open(name, "rb") as f:
+                h.update(f.read())
     except OSError:
         return "unknown"
+    return h.hexdigest()
 
 
 class Scanner:
@@ -1344,6 +1545,7 @@ class Scanner:
         self._last_idx: list[int] = []  # keep="last" patterns searched from each segment's end
         self._hs_forms: dict[int, tuple[bytes, int]] = {}  # hyperscan expression and flags per pattern
         self._subset_dbs: dict[tuple[int, ...], Any] = {}
+        self._lit_db: Any = None  # the literal prefilter (see _hyperscan_plan)
         self.fallbacks: list[str] = []  # patterns hyperscan refused, left to the Python path (and why)
         if use_hs:
             self._db, self._py_idx = self._compile_hyperscan()
@@ -1389,9 +1591,22 @@ class Scanner:
     def _compile_hyperscan(self) -> tuple[Any, list[int]]:
         """Database for the patterns hyperscan can take, and the indices left to the Python path."""
         assert _hs is not None
-        hs_idx, py_idx, exprs, relaxed = _hyperscan_plan(self.patterns)
+        hs_idx, py_idx, exprs, relaxed, literals = _hyperscan_plan(self.patterns)
         self._relaxed = relaxed
         flags = {i: _hyperscan_flags(self.patterns[i]) for i in hs_idx}
+        if literals:
+            try:
+                self._lit_db = _hs_database(
+                    [x for x, _, _ in literals],
+                    [i for _, i, _ in literals],
+                    [_hs.HS_FLAG_CASELESS if c else 0 for _, _, c in literals],
+                    literal=True,
+                )
+            except _hs.error as e:  # never seen; the Python path then looks for these patterns
+                self.fallbacks.append(f"hyperscan could not compile the literal prefilter: {e}")
+                lit_only = {i for _, i, _ in literals} - set(hs_idx) - set(py_idx)
+                py_idx = sorted(set(py_idx) | lit_only | {i for _, i, _ in literals if i in relaxed})
+                hs_idx = [i for i in hs_idx if i not in py_idx]
 
         def build(idx: list[int]) -> Any:
             return _hs_database([exprs[i] for i in idx], idx, [flags[i] for i in idx])
@@ -1448,7 +1663,7 @@ class Scanner:
         matches exactly are not among them: `present` gets (index, line end) of the first line each matches.
         """
         keys = self._candidates_py(seg, self._py_idx, give_up) if self._py_idx else []
-        if self._db is not None or self._last_idx:
+        if self._db is not None or self._last_idx or self._lit_db is not None:
             keys.extend(self._candidates_hs(seg, present))
         keys.sort()
         return keys
@@ -1482,6 +1697,13 @@ class Scanner:
                     append((last + to - 1) * npat + idx)
 
             self._db.scan(tail + b"\n", match_event_handler=on_tail, scratch=scratch)
+        if self._lit_db is not None:
+            find = data.find
+
+            def on_literal(idx: int, _from: int, to: int, _flags: int, _ctx: object) -> None:
+                append(find(b"\n", to) * npat + idx)  # the line's end (literals hold no newline)
+
+            self._scan_db(self._lit_db, data, on_literal)
         if present is not None and self._last_idx:
             # keep="last" patterns (progress lines, one per step): a callback per line would cost more than the
             # whole scan, so each has a database of its own with HS_FLAG_SINGLEMATCH, which reports its first line
@@ -1534,6 +1756,11 @@ class Scanner:
             db = self._subset_dbs[key] = _hs_database(
                 [f[0] for f in forms], idx, [f[1] | extra for f in forms]
             )
+        self._scan_db(db, data, on_match, context)
+
+    def _scan_db(self, db: Any, data: bytes, on_match: Any, context: object = None) -> None:
+        """Scan `data` with `db`, with this thread's scratch space for it."""
+        assert _hs is not None
         scratches = getattr(self._tls, "scratches", None)
         if scratches is None:
             scratches = self._tls.scratches = {}

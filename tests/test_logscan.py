@@ -192,6 +192,40 @@ def test_end_anchor_inside_alternation_and_python_brace_syntax(engine: str) -> N
 
 
 @pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("chunk_size", [5, 1 << 20])
+def test_literal_prefilter_finds_what_the_regex_matches(engine: str, chunk_size: int) -> None:
+    """Alternatives with a literal no healthy line has are looked for by it (classes, optional parts and nested
+    alternations multiplied out); the others (`loss ... nan`, whose words are on every metric line) by their
+    regex: together exactly the lines the regex matches, case folding included."""
+    pats = [
+        Pattern("a", r"[Ff]ocal[_ -]?[Ll]oss|(?:Gradient|Grad) overflow(?: detected)?|loss\s*[:=]\s*nan\b"),
+        Pattern("b", r"(?:CUDA|HIP) error: (?:out of memory|misaligned address)", ignore_case=True),
+        Pattern("c", r"(?i)segmentation fault|^Killed$"),
+        Pattern("d", r"epoch \d+ done|Training completed\.(?: Do not forget)?"),
+    ]
+    lines = [
+        b"focal loss 0.3",
+        b"FocalLoss",
+        b"Focal-Loss x",
+        b"focal_LOSS",  # no: [Ll] is not case folding
+        b"Grad overflow detected, skipping",
+        b"Gradient overflo",
+        b"step 1 | loss: nan | lr 1e-4",
+        b"step 2 | loss: 2.31 | number of nan iterations: 0",
+        b"hip ERROR: Out Of Memory",
+        b"cuda error: misaligned",
+        b"Segmentation Fault (core dumped)",
+        b"Killed",
+        b"not Killed",
+        b"epoch 3 done",
+        b"Training completed. Do not forget to share",
+        b"Training completed",
+    ]
+    data = b"\n".join(lines) + b"\n"
+    assert pairs(scan(pats, data, engine, chunk_size)) == reference(pats, data)[0]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
 def test_end_anchor_before_final_newline(engine: str) -> None:
     # hyperscan 5.4 misses this match in block mode; the scanner must not.
     res = scan([Pattern("x", r"(?:aa|b)$")], b"abababababa\nabab\n", engine)
