@@ -48,7 +48,8 @@ _ALIASES: dict[str, tuple[str, ...]] = {
         "objective_loss",
         "objective",  # matconvnet's cnn_train
         "epoch_loss",  # Keras' TensorBoard scalar; "epoch loss 0.31" (an epoch's time stays apart from a step's)
-        "cross_entropy",  # MXNet's CrossEntropy metric
+        "cross_entropy",  # MXNet's CrossEntropy metric ("Epoch[3] Train-cross-entropy=2.1")
+        "train_cross_entropy",
         "avg_loss",
         "average_loss",
         "mean_loss",
@@ -74,6 +75,8 @@ _ALIASES: dict[str, tuple[str, ...]] = {
         "val_cost",
         "validation_cost",
         "dev_loss",  # a development set is the validation split (flair, NLP toolkits)
+        "validation_cross_entropy",  # MXNet's "Epoch[3] Validation-cross-entropy=2.3"
+        "val_cross_entropy",
     ),
     # accuracies: overfitting is also read from a train/validation accuracy gap (collectors/trends.py)
     "acc": (

@@ -421,3 +421,16 @@ def test_a_bracketed_qualifier_between_a_name_and_its_colon_is_not_part_of_the_n
     assert parse_generic("Testing loss  (50 prc): 0.53")[0] == {"val_loss": 0.53}
     # a running average after the number stays out of the name and out of the value
     assert parse_generic("Time  0.200 ( 0.210)    Loss 2.30 (2.35)")[0] == {"Time": 0.2, "Loss": 2.3}
+
+
+def test_mxnet_epoch_summaries_give_train_and_validation_losses() -> None:
+    ss = parse_text_lines(
+        "INFO:root:Epoch[1] Train-cross-entropy=1.402\n"
+        "INFO:root:Epoch[1] Time cost=24.695\n"
+        "INFO:root:Epoch[1] Validation-cross-entropy=1.511\n"
+        "INFO:root:Epoch[2] Train-cross-entropy=1.203\n"
+        "INFO:root:Epoch[2] Time cost=24.101\n"
+        "INFO:root:Epoch[2] Validation-cross-entropy=1.498\n"
+    )
+    assert ss.series["loss"].values == [1.402, 1.203]
+    assert ss.series["val_loss"].values == [1.511, 1.498]
