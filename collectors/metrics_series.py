@@ -128,6 +128,9 @@ _ALIASES: dict[str, tuple[str, ...]] = {
         "elapsed_time_per_iteration",
         "time_per_step",
         "train_step_time",
+        # Paddle's suites (PaddleOCR, PaddleDetection, PaddleSeg, PaddleClas): the whole batch, reading included
+        "batch_cost",
+        "avg_batch_cost",
     ),
     # the training step's own time when a log prints it apart from the data wait ("data 0.4s | compute 0.04s")
     "compute_time": ("compute", "compute_time", "model_time", "forward_backward_time", "fwd_bwd_time"),
@@ -143,6 +146,9 @@ _ALIASES: dict[str, tuple[str, ...]] = {
         "dataloader_wait",
         "data_wait_time",
         "batch_generator",  # Megatron's timer: the time spent fetching the batch (ms, like its step time)
+        "reader_cost",  # Paddle's suites: the share of batch_cost spent reading the batch
+        "avg_reader_cost",
+        "data_cost",
     ),
     "mem": (
         "max_mem",
