@@ -58,6 +58,17 @@ _YOLO = re.compile(
 _TQDM_RATE = re.compile(r"(\d+(?:\.\d+)?)(it/s|s/it)\]")
 _POSTFIX = re.compile(r"([A-Za-z][A-Za-z0-9_/.]{0,80})=(" + NUMBER + r")(?=[,\]\s]|$)")
 _KV = re.compile(r"([A-Za-z][A-Za-z0-9_]{0,80})=(" + NUMBER + r")(?:[KMGT]i?B|ms|s)?(?=[,\s]|$)")
+# Gradient-boosting libraries print one line per boosting round, one cell per (dataset, metric), tab-separated:
+# XGBoost "[10]\ttrain-logloss:0.51\teval-logloss:0.62", LightGBM "[10]\ttraining's l2: 0.5\tvalid_1's l2: 0.7",
+# CatBoost "10:\tlearn: 0.5\ttest: 0.7\tbest: 0.6 (5)\ttotal: 1s". The dataset names the split; the metric
+# says whether lower (a loss) or higher (a score) is better.
+_GBDT_CELL = re.compile(
+    r"(?:^|\t)(?P<set>[A-Za-z][\w]*?)(?:-(?P<m1>[\w@.-]+?):|'s (?P<m2>[\w@.-]+): ?|: ?)(?P<v>"
+    + NUMBER
+    + r")(?=\t|\s*$)"
+)
+_GBDT_TRAIN = frozenset({"train", "training", "learn", "train_0"})
+_GBDT_SCORES = ("auc", "aucpr", "map", "ndcg", "accuracy", "acc", "precision", "recall", "f1", "r2")
 _LOOSE = re.compile(r"([A-Za-z][A-Za-z0-9_/.]{0,80})\s*(?:[:=]\s*|\s+)(" + NUMBER + r")(?![\w.])")
 # Megatron's timers (`--timing-log-level`): "    batch-generator ......: (25.85, 30.42)" (min, max across ranks).
 _TIMER = re.compile(r"^\s*([a-z][a-z-]+) \.+: \([-\d.]+, ([-\d.]+)\)")
@@ -257,6 +268,8 @@ def parse_record(mode: str, text: str) -> dict[str, float]:
         if r is not None and float(r.group(1)) > 0:
             out["throughput"] = float(r.group(1)) if r.group(2) == "it/s" else 1.0 / float(r.group(1))
         return out
+    elif mode == "gbdt":
+        return _gbdt_record(text)
     elif mode == "timer":
         pairs = _TIMER.findall(text)
     elif mode == "simple_profiler":
@@ -278,6 +291,33 @@ def parse_record(mode: str, text: str) -> dict[str, float]:
             value = to_float(raw)
             if value is not None:
                 out[name] = value
+    return out
+
+
+def _gbdt_record(text: str) -> dict[str, float]:
+    """One boosting round's cells as loss/val_loss (or acc/val_acc for a score such as AUC): the first metric
+    of each split is the one early stopping watches by default. CatBoost's "best" and timing cells are skipped."""
+    out: dict[str, float] = {}
+    cells = list(_GBDT_CELL.finditer(text))
+    splits = {m.group("set").lower() for m in cells}
+    # XGBoost's sklearn API names its eval_set validation_0, validation_1...: with two or more and no "train",
+    # the first is, by the near-universal habit eval_set=[(X_train, y_train), (X_test, y_test)], the training set
+    first_is_train = not splits & _GBDT_TRAIN and {"validation_0", "validation_1"} <= splits
+    for m in cells:
+        split = m.group("set").lower()
+        if split in ("best", "total", "remaining", "passed"):
+            continue
+        if first_is_train and split == "validation_0":
+            split = "train"
+        metric = (m.group("m1") or m.group("m2") or "").lower()
+        score = metric.startswith(_GBDT_SCORES)
+        val = split not in _GBDT_TRAIN
+        name = ("val_" if val else "") + ("acc" if score else "loss")
+        if name in out:
+            continue
+        value = to_float(m.group("v"))
+        if value is not None:
+            out[name] = value
     return out
 
 

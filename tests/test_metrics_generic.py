@@ -434,3 +434,27 @@ def test_mxnet_epoch_summaries_give_train_and_validation_losses() -> None:
     )
     assert ss.series["loss"].values == [1.402, 1.203]
     assert ss.series["val_loss"].values == [1.511, 1.498]
+
+
+@pytest.mark.parametrize(
+    ("line", "want"),
+    [
+        ("[10]\ttrain-logloss:0.51234\teval-logloss:0.62345", {"loss": 0.51234, "val_loss": 0.62345}),
+        # the sklearn API's eval_set=[(train), (test)]: validation_0 is the training set when validation_1 follows
+        ("[25]\tvalidation_0-rmse:3.21450\tvalidation_1-rmse:3.90120", {"loss": 3.2145, "val_loss": 3.9012}),
+        ("[25]\tvalidation_0-rmse:3.21450", {"val_loss": 3.2145}),
+        (
+            "[10]\ttraining's binary_logloss: 0.512\tvalid_1's binary_logloss: 0.623",
+            {"loss": 0.512, "val_loss": 0.623},
+        ),
+        (
+            "10:\tlearn: 0.5123\ttest: 0.6234\tbest: 0.6000 (6)\ttotal: 1.2s\tremaining: 10.3s",
+            {"loss": 0.5123, "val_loss": 0.6234},
+        ),
+        ("[5]\ttrain-auc:0.91\teval-auc:0.85", {"acc": 0.91, "val_acc": 0.85}),  # a score: higher is better
+    ],
+)
+def test_gradient_boosting_rounds(line: str, want: dict[str, float]) -> None:
+    from mldebug_rules.collectors.metrics_parse import parse_record
+
+    assert parse_record("gbdt", line) == want
