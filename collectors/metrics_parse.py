@@ -30,7 +30,7 @@ from typing import Any
 from ..engine.safeio import Unreadable, open_regular, read_capped
 from . import lineinfo
 from .logscan import _TEXT_BYTES, LINE_MATCH_CAP, TEXT_CHARS, Pattern, Scanner
-from .metrics_generic import parse_generic
+from .metrics_generic import _QUALIFIED_VAL, parse_generic  # the names a validation line already qualifies
 from .metrics_series import SeriesSet, canonical, to_float
 
 CHUNK = 1 << 20
@@ -150,6 +150,9 @@ def table_header(text: str) -> tuple[tuple[str, ...], ...] | None:
 
 
 TABLE_MODES = ("table_header", "table_row")
+# Lines that open and close an evaluation printed in the training's own format (PaddlePaddle's hapi: "Eval
+# begin..." ... "Eval samples: N" around step lines that look like training's): the lines between are validation.
+SECTION_MODES = ("section_begin", "section_end")
 
 
 class TableReader:
@@ -251,8 +254,8 @@ def parse_record(mode: str, text: str) -> dict[str, float]:
         # "Train loss 200 0.5889 Grad Norm 0.6 0.99s/it": drop the counter after the first name, then read the
         # rest like any line ("Train loss 0.5889 Grad Norm 0.6 ...")
         return parse_generic(_NAME_COUNTER.sub(r"\1 ", text, count=1))[0]
-    elif mode in TABLE_MODES:
-        return out  # read in context (TableReader): a row means nothing without its header
+    elif mode in TABLE_MODES or mode in SECTION_MODES:
+        return out  # read in context (TableReader, SeriesBuilder): a row means nothing without its header
     elif mode == "bare_loss":
         value = to_float(text.rsplit(":", 1)[-1].strip())
         if value is not None:
@@ -433,6 +436,7 @@ class SeriesBuilder:
         self.held: dict[str, tuple[float, float, int]] = {}  # a generic name's first point, until its second
         self.last_x: float | None = None
         self.table = TableReader()
+        self.in_eval = False  # between a section_begin and a section_end line
         self.failed = False
 
     def add(
@@ -467,6 +471,9 @@ class SeriesBuilder:
                 self.first_rank = rank if self.first_rank is None else self.first_rank
                 if rank != self.first_rank:
                     continue
+            if p.parse in SECTION_MODES:
+                self.in_eval = p.parse == "section_begin"
+                continue
             generic = p.parse == "generic"
             if p.parse in TABLE_MODES:
                 row = self.table.feed(p.parse, text, line_no)
@@ -486,6 +493,13 @@ class SeriesBuilder:
                     if canonical(k) not in SKIP_KEYS
                 }
             self.ordinal += 1
+            if (
+                self.in_eval
+            ):  # an evaluation's own step counter restarts each time: the training step it follows
+                rec = {(k if _QUALIFIED_VAL.match(k) else "val_" + k): v for k, v in rec.items()}
+                counters, groups = {}, {}
+                if self.last_x is not None:
+                    counters = {"x": self.last_x}
             if "x" in counters and not groups:
                 x, kind = counters["x"], "step"
             elif groups or self.last_x is None:
