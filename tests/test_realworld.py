@@ -19,9 +19,9 @@ MIN_CASES = 20
 # Set at what the rules achieve; raise them as the rules improve, never lower them to pass. Per-case results
 # of the non-blind cases: `mldebug-rules eval fixtures/realworld` (it withholds the blind cases' details too).
 FLOORS = {
-    "all_top1": 0.916,
-    "all_top3": 0.934,
-    "blind_top1": 0.817,
+    "all_top1": 0.921,
+    "all_top3": 0.940,
+    "blind_top1": 0.823,
 }  # 537 cases, blind drawn 2026-12-05 (stable draw)
 
 
