@@ -493,9 +493,8 @@ class SeriesBuilder:
                     if canonical(k) not in SKIP_KEYS
                 }
             self.ordinal += 1
-            if (
-                self.in_eval
-            ):  # an evaluation's own step counter restarts each time: the training step it follows
+            # An evaluation's own step counter restarts each time: it is placed at the training step it follows.
+            if self.in_eval:
                 rec = {(k if _QUALIFIED_VAL.match(k) else "val_" + k): v for k, v in rec.items()}
                 counters, groups = {}, {}
                 if self.last_x is not None:
