@@ -1670,10 +1670,6 @@ class Scanner:
 
     def _candidates_hs(self, seg: bytes, present: list[tuple[int, int]] | None = None) -> list[int]:
         assert _hs is not None
-        # Scratch space may not be shared between concurrent scans: one per thread.
-        scratch = getattr(self._tls, "scratch", None)
-        if scratch is None and self._db is not None:
-            scratch = self._tls.scratch = _hs.Scratch(self._db)
         keys: list[int] = []
         append = keys.append
         npat = len(self.patterns)
@@ -1684,7 +1680,7 @@ class Scanner:
         # The expressions end by consuming a newline, so the last line needs one.
         data = seg if seg.endswith(b"\n") else seg + b"\n"
         if self._db is not None:
-            self._db.scan(data, match_event_handler=on_match, scratch=scratch)
+            self._scan_db(self._db, data, on_match)
             # Hyperscan 5.4 can miss a match that ends exactly at the buffer's end (measured: ``a\n`` beside
             # ``^a[^\n]*\n`` on ``b\xe5\xb7\xb2\nbaaaaaa\n``), so the last line is scanned once more with a
             # blank line after it; a candidate found twice is confirmed once (the keys are deduplicated).
@@ -1696,7 +1692,7 @@ class Scanner:
                 if to <= tail_end:  # not the padding's own line
                     append((last + to - 1) * npat + idx)
 
-            self._db.scan(tail + b"\n", match_event_handler=on_tail, scratch=scratch)
+            self._scan_db(self._db, tail + b"\n", on_tail)
         if self._lit_db is not None:
             find = data.find
 
@@ -1759,7 +1755,8 @@ class Scanner:
         self._scan_db(db, data, on_match, context)
 
     def _scan_db(self, db: Any, data: bytes, on_match: Any, context: object = None) -> None:
-        """Scan `data` with `db`, with this thread's scratch space for it."""
+        """Scan `data` with `db`, with this thread's scratch space for it (scratch space may not be shared
+        between concurrent scans)."""
         assert _hs is not None
         scratches = getattr(self._tls, "scratches", None)
         if scratches is None:

@@ -15,12 +15,12 @@ one fires from the parameter's description alone.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
 
+from .metrics_generic import _QUALIFIED_VAL  # a name the logger already marks as validation
 from .metrics_series import Series, SeriesSet
 from .numeric import median
 
@@ -286,13 +286,10 @@ def _loss_components(ss: SeriesSet) -> list[Series]:
     out = []
     for name, s in ss.series.items():
         low = name.lower()
-        if name in ("loss", "val_loss") or "loss" not in low or _QUALIFIED_VAL_NAME.match(low):
+        if name in ("loss", "val_loss") or "loss" not in low or _QUALIFIED_VAL.match(low):
             continue
         out.append(s)
     return out
-
-
-_QUALIFIED_VAL_NAME = re.compile(r"(?:val|valid|validation|eval|test|dev)(?:[ _/.]|$)")
 
 
 def _nan_in_component(
