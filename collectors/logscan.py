@@ -1461,8 +1461,11 @@ def _hyperscan_plan(
         # newline itself stands for it (tail_anchored), which keeps the candidates as few as the regex's hits.
         # Otherwise it is dropped: a superset of the lines, which the Python confirmation, which every candidate
         # gets, narrows. Searching such patterns with Python over every segment cost ~100x.
-        tail = tail_anchored(anchored) if "x" not in _split_leading_flags(p.regex)[0] else None
+        # Leading flags (``(?i)``) are set apart first: tail_anchored refuses groups other than plain ones.
+        flag_text, body = _split_leading_flags(anchored)
+        tail = tail_anchored(body) if "x" not in flag_text else None
         if tail is not None:
+            tail = f"(?{flag_text}){tail}" if flag_text else tail
             exprs[i] = _hyperscan_expression(replace(p, regex=tail), line_end=False)
             hs_idx.append(i)
             relaxed.add(i)
